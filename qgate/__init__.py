@@ -1,0 +1,1 @@
+"""qgate: shared helpers for the quality-gate pipeline stages (params, I/O, datasets, evaluator)."""

@@ -1,0 +1,159 @@
+"""Ultralytics dataset yaml -> image list, validated YOLO labels and COCO-format ground truth."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from qgate.errors import QgateError
+
+log = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+COORD_TOLERANCE = 1e-6  # float noise in label files written by other tools
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A parsed dataset yaml: resolved root, class names and the raw split entries."""
+
+    yaml_path: Path
+    root: Path
+    names: tuple[str, ...]
+    splits: dict[str, str]
+
+
+def load_dataset(yaml_path: str | Path) -> Dataset:
+    """Parse an Ultralytics dataset yaml; `path` resolves against the yaml's folder, then the cwd."""
+    yaml_path = Path(yaml_path)
+    if not yaml_path.is_file():
+        raise QgateError(f"{yaml_path}: dataset yaml not found; set model.dataset in params.yaml")
+    try:
+        spec = yaml.safe_load(yaml_path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise QgateError(f"{yaml_path}: not valid YAML; fix its syntax") from exc
+    names = spec.get("names")
+    if isinstance(names, dict):
+        names = [names[k] for k in sorted(names)]
+    if not names:
+        raise QgateError(f"{yaml_path}: no 'names' list; add the class names")
+    return Dataset(yaml_path, _resolve_root(yaml_path, spec.get("path", ".")), tuple(map(str, names)),
+                   {k: spec[k] for k in ("train", "val", "test", "calib") if spec.get(k)})
+
+
+def _resolve_root(yaml_path: Path, path: str) -> Path:
+    candidates = [Path(path)] if Path(path).is_absolute() else [yaml_path.parent / path, Path.cwd() / path]
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate.resolve()
+    raise QgateError(f"{yaml_path}: dataset root '{path}' does not exist; fix 'path' in that yaml")
+
+
+def split_images(dataset: Dataset, split: str) -> list[Path]:
+    """Sorted image files of a split (a folder, or a .txt list of files); error when missing or empty."""
+    entry = dataset.splits.get(split)
+    if entry is None:
+        raise QgateError(f"{dataset.yaml_path}: no '{split}' split; add '{split}: images/{split}' to that yaml")
+    entries = entry if isinstance(entry, list) else [entry]
+    images: list[Path] = []
+    for item in entries:
+        location = dataset.root / item
+        if location.is_dir():
+            images += [p for p in location.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES]
+        elif location.is_file() and location.suffix == ".txt":
+            images += [_list_entry(dataset.root, line) for line in location.read_text().split() if line]
+        else:
+            raise QgateError(f"{dataset.yaml_path}: '{split}' path {location} does not exist; fix that yaml")
+    if not images:
+        raise QgateError(f"{dataset.yaml_path}: '{split}' split has no images; add images or point it elsewhere")
+    return sorted(images)
+
+
+def _list_entry(root: Path, line: str) -> Path:
+    path = Path(line)
+    return path if path.is_absolute() else (root / path).resolve()
+
+
+def label_path(image: Path) -> Path:
+    """Ultralytics' convention: the last `/images/` of the path becomes `/labels/`, suffix `.txt`."""
+    head, sep, tail = str(image).rpartition(f"{os.sep}images{os.sep}")
+    if not sep:
+        return image.with_suffix(".txt")
+    return Path(f"{head}{os.sep}labels{os.sep}{tail}").with_suffix(".txt")
+
+
+def read_labels(path: Path, num_classes: int) -> np.ndarray:
+    """Rows (class, cx, cy, w, h) normalized; polygons become boxes; duplicates dropped like Ultralytics."""
+    if not path.exists():
+        return np.zeros((0, 5), dtype=np.float64)
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            rows.append(_parse_label_line(path, number, line, num_classes))
+    if not rows:
+        return np.zeros((0, 5), dtype=np.float64)
+    return np.unique(np.array(rows, dtype=np.float64), axis=0)
+
+
+def _parse_label_line(path: Path, number: int, line: str, num_classes: int) -> list[float]:
+    where = f"{path}:{number}"
+    try:
+        values = [float(v) for v in line.split()]
+    except ValueError as exc:
+        raise QgateError(f"{where}: not numbers ({line.strip()!r}); fix or delete that label line") from exc
+    if len(values) < 5 or (len(values) > 5 and len(values) % 2 == 0):
+        raise QgateError(f"{where}: expected 'class cx cy w h' or a polygon; fix that label line")
+    cls = values[0]
+    if cls != int(cls) or not 0 <= cls < num_classes:
+        raise QgateError(f"{where}: class id {values[0]:g} is outside 0..{num_classes - 1}; "
+                         "fix the label or the dataset's 'names'")
+    coords = np.array(values[1:])
+    if coords.min() < -COORD_TOLERANCE or coords.max() > 1 + COORD_TOLERANCE:
+        raise QgateError(f"{where}: coordinates must be normalized to [0, 1]; got {line.strip()!r}")
+    if len(values) > 5:  # polygon -> its bounding box
+        xs, ys = coords[0::2], coords[1::2]
+        return [cls, (xs.min() + xs.max()) / 2, (ys.min() + ys.max()) / 2, xs.max() - xs.min(), ys.max() - ys.min()]
+    return [cls, *coords.tolist()]
+
+
+def orphan_labels(images: list[Path]) -> list[Path]:
+    """Label files in the split's label folders that have no image (Ultralytics ignores them)."""
+    expected = {label_path(image) for image in images}
+    folders = {path.parent for path in expected}
+    return sorted(p for folder in folders if folder.is_dir() for p in folder.glob("*.txt") if p not in expected)
+
+
+def coco_ground_truth(images: list[Path], shapes: list[tuple[int, int]], names: tuple[str, ...]) -> dict:
+    """COCO instances dict for `images` (ids 0..n-1) with their (height, width); category id = class + 1."""
+    gt_images, annotations = [], []
+    for image_id, (image, (height, width)) in enumerate(zip(images, shapes)):
+        gt_images.append({"id": image_id, "file_name": image.name, "height": height, "width": width})
+        for cls, cx, cy, w, h in read_labels(label_path(image), len(names)):
+            box = [(cx - w / 2) * width, (cy - h / 2) * height, w * width, h * height]
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": int(cls) + 1,
+                                "bbox": box, "area": box[2] * box[3], "iscrowd": 0})
+    categories = [{"id": i + 1, "name": name} for i, name in enumerate(names)]
+    return {"images": gt_images, "annotations": annotations, "categories": categories}
+
+
+def validate_labels(images: list[Path], num_classes: int) -> int:
+    """Parse every label of `images` (raising on the first bad line); warn on orphan label files."""
+    instances = sum(len(read_labels(label_path(image), num_classes)) for image in images)
+    orphans = orphan_labels(images)
+    if orphans:
+        log.warning("%d label file(s) have no image and are ignored, e.g. %s", len(orphans), orphans[0])
+    return instances
+
+
+def ultralytics_yaml(dataset: Dataset, dest: Path) -> Path:
+    """Write a copy of the dataset yaml with an absolute `path`, which Ultralytics needs."""
+    spec = yaml.safe_load(dataset.yaml_path.read_text())
+    spec["path"] = str(dataset.root)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return dest

@@ -1,0 +1,204 @@
+"""OpenVINO IR + image list -> detections (Ultralytics-identical pre/post-processing) -> pycocotools mAP."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+import openvino as ov
+from tqdm import tqdm
+
+from qgate.dataset import coco_ground_truth
+
+log = logging.getLogger(__name__)
+
+PAD_VALUE = 114
+CLASS_OFFSET = 7680  # Ultralytics' max_wh: separates classes so one NMS pass is class-aware
+MAX_NMS_CANDIDATES = 30000
+
+
+@dataclass(frozen=True)
+class Postprocess:
+    """Detection thresholds; the defaults are Ultralytics' validation settings."""
+
+    conf: float = 0.001
+    iou: float = 0.7
+    max_det: int = 300
+
+
+@dataclass
+class Evaluation:
+    """mAP summary, per-class AP and the COCO-format detections of one evaluation run."""
+
+    map50_95: float
+    map50: float
+    images: int
+    instances: int
+    seconds: float
+    per_class: list[dict] = field(default_factory=list)
+    detections: list[dict] = field(default_factory=list)
+    ground_truth: dict = field(default_factory=dict)
+
+    @property
+    def images_per_second(self) -> float:
+        """Throughput of the whole loop: read, preprocess, infer, decode."""
+        return self.images / self.seconds if self.seconds else 0.0
+
+
+def compile_model(model: str | Path | ov.Model, precision: str, hint: str = "THROUGHPUT",
+                  device: str = "CPU") -> ov.CompiledModel:
+    """Compile with an explicit inference precision: OpenVINO would otherwise pick BF16 on this CPU."""
+    config = {"PERFORMANCE_HINT": hint, "INFERENCE_PRECISION_HINT": precision}
+    compiled = ov.Core().compile_model(str(model) if isinstance(model, Path) else model, device, config)
+    if measured_precision(compiled) != precision:
+        log.warning("%s cannot run %s on this CPU; it runs %s: reports show the precision measured",
+                    device, precision, measured_precision(compiled))
+    return compiled
+
+
+def measured_precision(compiled: ov.CompiledModel) -> str:
+    """The precision the plugin actually runs float layers in (a request it cannot honour falls back)."""
+    return compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+
+
+def load_image(path: Path, imgsz: int) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
+    """Read BGR and resize the long side to imgsz like Ultralytics' dataset; return (image, hw0, hw)."""
+    image = cv2.imread(str(path))
+    if image is None:
+        raise ValueError(f"{path}: unreadable image")
+    h0, w0 = image.shape[:2]
+    ratio = imgsz / max(h0, w0)
+    if ratio != 1:
+        size = (min(math.ceil(w0 * ratio), imgsz), min(math.ceil(h0 * ratio), imgsz))
+        image = cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
+    return image, (h0, w0), image.shape[:2]
+
+
+def letterbox(image: np.ndarray, imgsz: int) -> tuple[np.ndarray, tuple[int, int]]:
+    """Pad (never upscale) to imgsz x imgsz, centred; return the NCHW float32 RGB tensor and (left, top)."""
+    h, w = image.shape[:2]
+    ratio = min(imgsz / h, imgsz / w, 1.0)
+    new_w, new_h = max(round(w * ratio), 1), max(round(h * ratio), 1)
+    if (new_w, new_h) != (w, h):
+        image = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+    dw, dh = (imgsz - new_w) / 2, (imgsz - new_h) / 2
+    top, bottom, left, right = round(dh - 0.1), round(dh + 0.1), round(dw - 0.1), round(dw + 0.1)
+    image = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(PAD_VALUE,) * 3)
+    tensor = image[:, :, ::-1].transpose(2, 0, 1)[None].astype(np.float32) / 255.0
+    return np.ascontiguousarray(tensor), (left, top)
+
+
+def decode(output: np.ndarray, settings: Postprocess) -> np.ndarray:
+    """Raw head output [4+nc, anchors] -> rows (x1, y1, x2, y2, score, class) after class-aware NMS.
+
+    Multi-label like Ultralytics' validator: one box may yield one row per class above `conf`.
+    """
+    scores = output[4:]
+    anchors, classes = np.nonzero(scores.T > settings.conf)
+    if anchors.size == 0:
+        return np.zeros((0, 6), dtype=np.float32)
+    confidences = scores[classes, anchors]
+    if confidences.size > MAX_NMS_CANDIDATES:
+        top = np.argsort(-confidences, kind="stable")[:MAX_NMS_CANDIDATES]
+        anchors, classes, confidences = anchors[top], classes[top], confidences[top]
+    xywh = output[:4, anchors].T
+    xyxy = np.concatenate([xywh[:, :2] - xywh[:, 2:] / 2, xywh[:, :2] + xywh[:, 2:] / 2], axis=1)
+    shifted = xyxy + (classes * CLASS_OFFSET)[:, None]
+    keep = cv2.dnn.NMSBoxes(_to_xywh(shifted).tolist(), confidences.tolist(), settings.conf, settings.iou)
+    keep = np.asarray(keep, dtype=np.int64).reshape(-1)[: settings.max_det]
+    return np.concatenate([xyxy[keep], confidences[keep, None], classes[keep, None]], axis=1).astype(np.float32)
+
+
+def _to_xywh(xyxy: np.ndarray) -> np.ndarray:
+    return np.concatenate([xyxy[:, :2], xyxy[:, 2:] - xyxy[:, :2]], axis=1).astype(np.float64)
+
+
+def scale_to_original(rows: np.ndarray, hw0: tuple[int, int], hw: tuple[int, int], pad: tuple[int, int]) -> np.ndarray:
+    """Undo letterbox padding and resize, then clip to the original image."""
+    boxes = rows[:, :4].copy()
+    boxes[:, [0, 2]] = (boxes[:, [0, 2]] - pad[0]) / (hw[1] / hw0[1])
+    boxes[:, [1, 3]] = (boxes[:, [1, 3]] - pad[1]) / (hw[0] / hw0[0])
+    boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, hw0[1])
+    boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, hw0[0])
+    return np.concatenate([boxes, rows[:, 4:]], axis=1)
+
+
+def to_coco(rows: np.ndarray, image_id: int) -> list[dict]:
+    """Rows (x1, y1, x2, y2, score, class) -> COCO detections; category id = class + 1."""
+    return [{"image_id": image_id, "category_id": int(c) + 1,
+             "bbox": [round(float(x1), 3), round(float(y1), 3), round(float(x2 - x1), 3), round(float(y2 - y1), 3)],
+             "score": round(float(s), 5)} for x1, y1, x2, y2, s, c in rows]
+
+
+def predict(compiled: ov.CompiledModel, images: list[Path], imgsz: int,
+            settings: Postprocess) -> tuple[list[list[dict]], list[tuple[int, int]]]:
+    """Run every image through the compiled model; return per-image COCO detections and original (h, w)."""
+    detections: list[list[dict]] = [[] for _ in images]
+    shapes: list[tuple[int, int]] = [(0, 0)] * len(images)
+
+    def on_done(request: ov.InferRequest, userdata: tuple) -> None:
+        index, hw0, hw, pad = userdata
+        rows = decode(request.get_output_tensor(0).data[0], settings)
+        detections[index] = to_coco(scale_to_original(rows, hw0, hw, pad), index)
+
+    queue = ov.AsyncInferQueue(compiled, max(2, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+    queue.set_callback(on_done)
+    for index, path in enumerate(tqdm(images, desc="evaluate", unit="img", leave=False)):
+        image, hw0, hw = load_image(path, imgsz)
+        tensor, pad = letterbox(image, imgsz)
+        shapes[index] = hw0
+        queue.start_async({0: tensor}, (index, hw0, hw, pad))
+    queue.wait_all()
+    return detections, shapes
+
+
+def evaluate(compiled: ov.CompiledModel, images: list[Path], names: tuple[str, ...], imgsz: int,
+             settings: Postprocess = Postprocess()) -> Evaluation:
+    """Predict on `images` and score against their YOLO labels with pycocotools COCOeval."""
+    start = time.perf_counter()
+    per_image, shapes = predict(compiled, images, imgsz, settings)
+    seconds = time.perf_counter() - start
+    ground_truth = coco_ground_truth(images, shapes, names)
+    detections = [d for image_detections in per_image for d in image_detections]
+    map50_95, map50, per_class = coco_map(ground_truth, detections)
+    return Evaluation(map50_95=map50_95, map50=map50, images=len(images),
+                      instances=len(ground_truth["annotations"]), seconds=seconds, per_class=per_class,
+                      detections=detections, ground_truth=ground_truth)
+
+
+def coco_map(ground_truth: dict, detections: list[dict]) -> tuple[float, float, list[dict]]:
+    """pycocotools bbox mAP50-95, mAP50 and per-class AP (classes without ground truth get None)."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    names = {c["id"]: c["name"] for c in ground_truth["categories"]}
+    if not detections or not ground_truth["annotations"]:
+        return 0.0, 0.0, [_class_row(i, n, None, None) for i, n in names.items()]
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its whole summary table
+        gt = COCO()
+        gt.dataset = ground_truth
+        gt.createIndex()
+        evaluator = COCOeval(gt, gt.loadRes(detections), "bbox")
+        evaluator.evaluate()
+        evaluator.accumulate()
+        evaluator.summarize()
+    precision = evaluator.eval["precision"]  # [iou thresholds, recall, class, area, max dets]
+    per_class = []
+    for k, cat_id in enumerate(evaluator.params.catIds):
+        curve = precision[:, :, k, 0, -1]
+        valid = curve[curve > -1]
+        ap50 = curve[0][curve[0] > -1]
+        per_class.append(_class_row(cat_id, names[cat_id], float(valid.mean()) if valid.size else None,
+                                    float(ap50.mean()) if ap50.size else None))
+    return float(evaluator.stats[0]), float(evaluator.stats[1]), per_class
+
+
+def _class_row(cat_id: int, name: str, ap: float | None, ap50: float | None) -> dict:
+    return {"class_id": cat_id - 1, "class_name": name, "map50_95": ap, "map50": ap50}

@@ -1,0 +1,37 @@
+"""Load an Ultralytics detection checkpoint with clear errors; read versions for provenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from qgate.errors import QgateError
+
+
+def load_detector(weights: str | Path) -> Any:
+    """Return `ultralytics.YOLO` for a detection `.pt`; QgateError for missing, corrupt or non-detection files."""
+    weights = Path(weights)
+    if not weights.is_file():
+        raise QgateError(f"{weights}: weights not found; set model.weights in params.yaml "
+                         "(or run `dvc repro demo_train` for the demo model)")
+    from ultralytics import YOLO
+
+    try:
+        model = YOLO(str(weights), task="detect")
+        task = getattr(model.model, "task", None) or model.task
+        names = model.names
+    except Exception as exc:  # torch/pickle raise many types for a corrupt or foreign file
+        raise QgateError(f"{weights}: not a readable Ultralytics checkpoint ({type(exc).__name__}); "
+                         "point model.weights at a YOLO detection .pt") from exc
+    if task != "detect" or not names:
+        raise QgateError(f"{weights}: is a '{task}' model, not a detection model; "
+                         "point model.weights at a YOLO detection .pt")
+    return model
+
+
+def versions() -> dict[str, str]:
+    """Versions of the libraries that determine the numbers, for provenance records."""
+    import importlib.metadata as md
+
+    return {f"{name.replace('-', '_')}_version": md.version(name)
+            for name in ("ultralytics", "torch", "openvino", "nncf", "pycocotools")}

@@ -1,0 +1,1 @@
+"""Pipeline stages: one module per params.yaml section, each a `main(params) -> metrics` with a thin CLI."""

@@ -1,0 +1,82 @@
+"""Ultralytics detection .pt -> static ONNX -> FP32 OpenVINO IR, plus an export record (hashes, ops, classes)."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+import openvino as ov
+
+from qgate.cli import run_stage
+from qgate.io import sha256_file, write_json
+from qgate.params import Params
+from qgate.yolo import load_detector, versions
+
+log = logging.getLogger(__name__)
+
+ONNX_NAME = "model.onnx"
+IR_NAME = "model_fp32.xml"
+
+
+def main(params: Params) -> dict:
+    """Export `model.weights` into `export.out_dir` (replaced atomically) and write the export record."""
+    out_dir, record_path = Path(params.export.out_dir), Path(params.export.record)
+    record_path.unlink(missing_ok=True)
+    model = load_detector(params.model.weights)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent if out_dir.parent.exists() else None) as tmp:
+        staging = Path(tmp) / "export"
+        staging.mkdir()
+        log.info("[1/2] export: %s -> ONNX (opset %d, imgsz %d)", params.model.weights,
+                 params.export.opset, params.model.imgsz)
+        onnx_path = _export_onnx(model, params, staging)
+        log.info("[2/2] export: ONNX -> FP32 OpenVINO IR")
+        ir = ov.convert_model(onnx_path)
+        ov.save_model(ir, staging / IR_NAME, compress_to_fp16=False)  # default would halve weights to FP16
+        record = _record(params, model.names, ir, staging)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(out_dir)
+    write_json(record_path, record)
+    return {k: v for k, v in record.items() if isinstance(v, (int, float))}
+
+
+def _export_onnx(model, params: Params, staging: Path) -> Path:
+    # Ultralytics writes next to the weights: export from a copy so a read-only source folder works.
+    source = staging / "weights.pt"
+    shutil.copyfile(params.model.weights, source)
+    model.ckpt_path = str(source)
+    exported = model.export(format="onnx", opset=params.export.opset, imgsz=params.model.imgsz,
+                            dynamic=False, simplify=True, half=False, batch=1, device="cpu")
+    onnx_path = staging / ONNX_NAME
+    Path(exported).rename(onnx_path)
+    source.unlink()
+    return onnx_path
+
+
+def _record(params: Params, names: dict, ir: ov.Model, folder: Path) -> dict:
+    ops = collections.Counter(op.get_type_name() for op in ir.get_ordered_ops())
+    shape = [int(d) for d in ir.inputs[0].get_shape()]
+    return {
+        "model_sha256": sha256_file(params.model.weights),
+        "onnx_sha256": sha256_file(folder / ONNX_NAME),
+        "ir_xml_sha256": sha256_file(folder / IR_NAME),
+        "ir_bin_sha256": sha256_file((folder / IR_NAME).with_suffix(".bin")),
+        "weights": params.model.weights,
+        "imgsz": params.model.imgsz,
+        "opset": params.export.opset,
+        "input_shape": shape,
+        "num_classes": len(names),
+        "class_names": [names[i] for i in sorted(names)],
+        "ir_op_count": sum(ops.values()),
+        "ir_op_types": dict(sorted(ops.items())),
+        "onnx_size_mb": round((folder / ONNX_NAME).stat().st_size / 2**20, 3),
+        "ir_size_mb": round((folder / IR_NAME).with_suffix(".bin").stat().st_size / 2**20, 3),
+        **versions(),
+    }
+
+
+if __name__ == "__main__":
+    run_stage(main, __doc__)

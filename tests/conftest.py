@@ -1,0 +1,91 @@
+"""Shared fixtures: a tiny project (params + synthetic data) in tmp_path and an untrained tiny detector."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from qgate import offline
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_CLASSES = ["ellipse", "rectangle", "triangle", "star"]
+
+offline.configure()
+
+
+def stage(name: str, cwd: Path, params: str = "params.yaml") -> subprocess.CompletedProcess:
+    """Run `python -m stages.<name>` the way DVC does, in `cwd`; return the finished process."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", f"stages.{name}", "--params", params], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def error_line(result: subprocess.CompletedProcess) -> str:
+    """The last stderr line, where stages print their one-line error."""
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def make_dataset(root: Path, images: int = 6, seed: int = 0) -> Path:
+    """A small synthetic dataset with a val split under `root`; returns its yaml."""
+    import cv2
+
+    from stages.demo_data import draw_image
+
+    rng = np.random.default_rng(seed)
+    for split in ("val", "calib"):
+        (root / "images" / split).mkdir(parents=True, exist_ok=True)
+        (root / "labels" / split).mkdir(parents=True, exist_ok=True)
+        for i in range(images):
+            image, labels = draw_image(rng, len(DEMO_CLASSES), 3)
+            cv2.imwrite(str(root / "images" / split / f"{i}.jpg"), image)
+            text = "".join(f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}\n" for c, x, y, w, h in labels)
+            (root / "labels" / split / f"{i}.txt").write_text(text)
+    spec = {"path": str(root), "val": "images/val", "calib": "images/calib", "names": dict(enumerate(DEMO_CLASSES))}
+    (root / "data.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return root / "data.yaml"
+
+
+def write_params(project: Path, weights: Path, dataset: Path, imgsz: int = 128, **overrides) -> Path:
+    """params.yaml for a project in `project`, based on the repository's, with paths and overrides applied."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["model"].update(weights=str(weights), dataset=str(dataset), data_dir=str(dataset.parent), imgsz=imgsz)
+    for dotted, value in overrides.items():
+        section, key = dotted.split("__")
+        params[section][key] = value
+    path = project / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_weights(tmp_path_factory) -> Path:
+    """An untrained YOLOv8n detection checkpoint with the demo's 4 class names (built, not downloaded)."""
+    offline.ultralytics_settings_off()
+    from ultralytics import YOLO
+
+    folder = tmp_path_factory.mktemp("tiny")
+    cfg = yaml.safe_load((Path(__import__("ultralytics").__file__).parent / "cfg/models/v8/yolov8.yaml").read_text())
+    cfg.update(nc=len(DEMO_CLASSES), scale="n")
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(cfg))
+    model = YOLO(str(folder / "tiny.yaml"), task="detect")
+    model.model.names = dict(enumerate(DEMO_CLASSES))
+    model.save(str(folder / "tiny.pt"))
+    return folder / "tiny.pt"
+
+
+@pytest.fixture(scope="session")
+def exported_project(tmp_path_factory, tiny_weights) -> Path:
+    """A project folder whose tiny model has gone through the real export stage."""
+    project = tmp_path_factory.mktemp("project")
+    dataset = make_dataset(project / "data")
+    write_params(project, tiny_weights, dataset)
+    result = stage("export", project)
+    assert result.returncode == 0, result.stderr
+    return project

@@ -1,0 +1,112 @@
+"""Dataset yaml resolution, YOLO label validation and COCO ground truth conversion."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import yaml
+
+from qgate.dataset import (coco_ground_truth, label_path, load_dataset, read_labels, split_images,
+                           validate_labels)
+from qgate.errors import QgateError
+
+
+def _dataset(tmp_path: Path, labels: dict[str, str], names=("a", "b")) -> Path:
+    (tmp_path / "images" / "val").mkdir(parents=True)
+    (tmp_path / "labels" / "val").mkdir(parents=True)
+    for stem, text in labels.items():
+        (tmp_path / "images" / "val" / f"{stem}.jpg").write_bytes(b"")
+        if text is not None:
+            (tmp_path / "labels" / "val" / f"{stem}.txt").write_text(text)
+    spec = {"path": ".", "val": "images/val", "names": list(names)}
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump(spec))
+    return tmp_path / "data.yaml"
+
+
+def test_root_resolves_against_yaml_folder(tmp_path, monkeypatch):
+    yaml_path = _dataset(tmp_path, {"x": "0 0.5 0.5 0.2 0.2\n"})
+    monkeypatch.chdir("/")
+    dataset = load_dataset(yaml_path)
+    assert dataset.root == tmp_path.resolve()
+    assert [p.name for p in split_images(dataset, "val")] == ["x.jpg"]
+
+
+def test_label_path_replaces_last_images_folder():
+    assert label_path(Path("/d/images/x/images/val/a.jpg")) == Path("/d/images/x/labels/val/a.txt")
+
+
+def test_labels_dedup_polygons_and_backgrounds(tmp_path):
+    yaml_path = _dataset(tmp_path, {
+        "dup": "0 0.5 0.5 0.2 0.2\n0 0.5 0.5 0.2 0.2\n",
+        "poly": "1 0.1 0.1 0.3 0.1 0.3 0.5\n",
+        "empty": "",
+        "nolabel": None,
+    })
+    images = split_images(load_dataset(yaml_path), "val")
+    counts = {p.stem: len(read_labels(label_path(p), 2)) for p in images}
+    assert counts == {"dup": 1, "poly": 1, "empty": 0, "nolabel": 0}
+    cls, cx, cy, w, h = read_labels(label_path(images[[p.stem for p in images].index("poly")]), 2)[0]
+    assert (cls, cx, cy, w, h) == pytest.approx((1, 0.2, 0.3, 0.2, 0.4))
+
+
+def test_coco_ground_truth_pixels(tmp_path):
+    yaml_path = _dataset(tmp_path, {"a": "1 0.5 0.25 0.5 0.5\n"})
+    images = split_images(load_dataset(yaml_path), "val")
+    gt = coco_ground_truth(images, [(200, 100)], ("a", "b"))
+    assert gt["images"] == [{"id": 0, "file_name": "a.jpg", "height": 200, "width": 100}]
+    ann = gt["annotations"][0]
+    assert ann["category_id"] == 2 and ann["bbox"] == pytest.approx([25, 0, 50, 100]) and ann["iscrowd"] == 0
+
+
+def test_orphan_label_is_warned_not_loaded(tmp_path, caplog):
+    yaml_path = _dataset(tmp_path, {"a": "0 0.5 0.5 0.2 0.2\n"})
+    (tmp_path / "labels" / "val" / "ghost.txt").write_text("0 0.5 0.5 0.1 0.1\n")
+    with caplog.at_level(logging.WARNING):
+        instances = validate_labels(split_images(load_dataset(yaml_path), "val"), 2)
+    assert instances == 1
+    assert "ghost.txt" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        pytest.param("2 0.5 0.5 0.1 0.1", "a.txt:1: class id 2 is outside 0..1", id="class-id-too-big"),
+        pytest.param("-1 0.5 0.5 0.1 0.1", "class id -1 is outside 0..1", id="class-id-negative"),
+        pytest.param("0 1.5 0.5 0.1 0.1", "a.txt:1: coordinates must be normalized to [0, 1]", id="coord-above-1"),
+        pytest.param("0 0.5 -0.2 0.1 0.1", "coordinates must be normalized to [0, 1]", id="coord-below-0"),
+        pytest.param("0 0.5 0.5 0.1", "expected 'class cx cy w h' or a polygon", id="too-few-values"),
+        pytest.param("x 0.5 0.5 0.1 0.1", "not numbers", id="not-numbers"),
+    ],
+)
+def test_bad_label_lines(tmp_path, line, expected):
+    yaml_path = _dataset(tmp_path, {"a": line + "\n"})
+    with pytest.raises(QgateError, match="a.txt:1") as info:
+        validate_labels(split_images(load_dataset(yaml_path), "val"), 2)
+    assert expected in str(info.value)
+
+
+def test_missing_root_names_the_yaml(tmp_path):
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump({"path": "nowhere", "val": "images/val", "names": ["a"]}))
+    with pytest.raises(QgateError, match=r"data.yaml: dataset root 'nowhere' does not exist"):
+        load_dataset(tmp_path / "data.yaml")
+
+
+def test_missing_split_folder(tmp_path):
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump({"path": ".", "val": "images/val", "names": ["a"]}))
+    with pytest.raises(QgateError, match=r"'val' path .*images/val does not exist"):
+        split_images(load_dataset(tmp_path / "data.yaml"), "val")
+
+
+def test_empty_split(tmp_path):
+    (tmp_path / "images" / "val").mkdir(parents=True)
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump({"path": ".", "val": "images/val", "names": ["a"]}))
+    with pytest.raises(QgateError, match="'val' split has no images"):
+        split_images(load_dataset(tmp_path / "data.yaml"), "val")
+
+
+def test_no_names(tmp_path):
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump({"path": ".", "val": "images/val"}))
+    with pytest.raises(QgateError, match="no 'names' list"):
+        load_dataset(tmp_path / "data.yaml")

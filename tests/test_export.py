@@ -1,0 +1,74 @@
+"""The export stage on a tiny real model: ONNX + FP32 IR + record; bad weights are one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import openvino as ov
+import pytest
+import torch
+
+from qgate.io import sha256_file
+from tests.conftest import error_line, make_dataset, stage, write_params
+
+
+def test_export_writes_fp32_ir_and_record(exported_project, tiny_weights):
+    folder = exported_project / "models" / "export"
+    record = json.loads((exported_project / "metrics" / "export_record.json").read_text())
+    assert record["model_sha256"] == sha256_file(tiny_weights)
+    assert record["ir_bin_sha256"] == sha256_file(folder / "model_fp32.bin")
+    assert record["input_shape"] == [1, 3, 128, 128]
+    assert record["class_names"] == ["ellipse", "rectangle", "triangle", "star"]
+    assert record["ir_op_types"]["Convolution"] == 64  # YOLOv8n: 63 convs + 1 DFL conv
+    model = ov.Core().read_model(folder / "model_fp32.xml")
+    weights = [op for op in model.get_ordered_ops() if op.get_type_name() == "Constant"]
+    assert {str(op.get_element_type()) for op in weights} >= {"<Type: 'float32'>"}
+    assert not any(str(op.get_element_type()) == "<Type: 'float16'>" for op in weights), "IR compressed to FP16"
+
+
+def _project(tmp_path, weights):
+    write_params(tmp_path, weights, make_dataset(tmp_path / "data", images=1))
+    return tmp_path
+
+
+def _assert_failed_cleanly(result, project, *fragments):
+    assert result.returncode == 2, result.stderr
+    line = error_line(result)
+    for fragment in fragments:
+        assert fragment in line
+    assert "Traceback" not in result.stderr
+    assert not (project / "metrics" / "export_record.json").exists()
+    assert not (project / "models" / "export").exists()
+
+
+def test_missing_weights(tmp_path):
+    project = _project(tmp_path, tmp_path / "absent.pt")
+    _assert_failed_cleanly(stage("export", project), project, "absent.pt: weights not found", "model.weights")
+
+
+def test_corrupt_weights(tmp_path):
+    bad = tmp_path / "corrupt.pt"
+    bad.write_bytes(b"PK\x03\x04 this is not a checkpoint")
+    project = _project(tmp_path, bad)
+    _assert_failed_cleanly(stage("export", project), project, "corrupt.pt: not a readable Ultralytics checkpoint")
+
+
+def test_plain_state_dict_is_not_a_detector(tmp_path):
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weight": torch.zeros(3)}, foreign)
+    project = _project(tmp_path, foreign)
+    _assert_failed_cleanly(stage("export", project), project, "foreign.pt", "YOLO detection .pt")
+
+
+@pytest.fixture(scope="module")
+def classifier_weights(tmp_path_factory):
+    from ultralytics import YOLO
+
+    path = tmp_path_factory.mktemp("cls") / "classifier.pt"
+    YOLO("yolov8n-cls.yaml", task="classify").save(str(path))
+    return path
+
+
+def test_classification_model_is_refused(tmp_path, classifier_weights):
+    project = _project(tmp_path, classifier_weights)
+    _assert_failed_cleanly(stage("export", project), project, "is a 'classify' model, not a detection model")
