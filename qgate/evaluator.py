@@ -201,4 +201,4 @@ def coco_map(ground_truth: dict, detections: list[dict]) -> tuple[float, float, 
 
 
 def _class_row(cat_id: int, name: str, ap: float | None, ap50: float | None) -> dict:
-    return {"class_id": cat_id - 1, "class_name": name, "map50_95": ap, "map50": ap50}
+    return {"class_id": int(cat_id) - 1, "class_name": name, "map50_95": ap, "map50": ap50}

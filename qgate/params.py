@@ -31,6 +31,8 @@ class DemoParams:
     epochs: int
     imgsz: int
     batch: int
+    optimizer: str
+    lr0: float
     weights: str
     metrics: str
 

@@ -70,7 +70,7 @@ def draw_image(rng: np.random.Generator, num_classes: int, max_objects: int) -> 
     labels = []
     for _ in range(rng.integers(1, max_objects + 1) if rng.random() > 0.05 else 0):
         cls = int(rng.integers(num_classes))
-        size = int(rng.integers(18, min(h, w) // 2))
+        size = int(rng.integers(min(h, w) // 5, min(h, w) // 2))
         x0, y0 = int(rng.integers(0, w - size)), int(rng.integers(0, h - size))
         box = (x0, y0, x0 + size, y0 + size)
         if any(_iou(box, other) > 0.2 for other in boxes):
@@ -87,12 +87,12 @@ def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     top, bottom = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
     ramp = np.linspace(0, 1, h)[:, None, None]
     image = (top * (1 - ramp) + bottom * ramp) * np.ones((h, w, 3))
-    for _ in range(rng.integers(3, 12)):  # clutter: lines and small blobs that are not objects
+    for _ in range(rng.integers(2, 7)):  # clutter: lines and small blobs that are not objects
         colour = tuple(int(c) for c in rng.integers(0, 256, 3))
         p1 = (int(rng.integers(0, w)), int(rng.integers(0, h)))
         if rng.random() < 0.6:
             p2 = (int(rng.integers(0, w)), int(rng.integers(0, h)))
-            cv2.line(image, p1, p2, colour, int(rng.integers(1, 4)))
+            cv2.line(image, p1, p2, colour, int(rng.integers(1, 3)))
         else:
             cv2.ellipse(image, p1, (int(rng.integers(2, 8)), int(rng.integers(2, 8))), 0, 0, 360, colour, -1)
     return image

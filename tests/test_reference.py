@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import cv2
@@ -41,7 +42,9 @@ def ultralytics_val(tmp_path_factory):
     from ultralytics import YOLO
 
     folder = tmp_path_factory.mktemp("ultralytics")
-    data = ultralytics_yaml(load_dataset(REFERENCE / "data" / "coco128.yaml"), folder / "coco128.yaml")
+    # A copy: Ultralytics writes a labels .cache beside the labels, and the reference folder stays untouched.
+    shutil.copytree(REFERENCE / "data", folder / "data")
+    data = ultralytics_yaml(load_dataset(folder / "data" / "coco128.yaml"), folder / "coco128.yaml")
     result = YOLO(str(REFERENCE / "models" / "yolov8n.pt")).val(
         data=str(data), imgsz=640, batch=8, rect=False, save_json=True, plots=False, device="cpu",
         project=str(folder), name="val", verbose=False)
