@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from qgate.evaluator import Postprocess, coco_map, decode, letterbox, load_image, scale_to_original, to_coco
+from qgate.evaluator import (Postprocess, coco_map, decode, letterbox, load_image, scale_to_original, to_coco,
+                             to_tensor)
 
 SHAPES = [(480, 640), (427, 640), (100, 50), (333, 201), (320, 320)]
 
@@ -35,9 +36,9 @@ def test_preprocessing_is_pixel_identical_to_ultralytics(ultralytics_val_dataset
     for i in range(len(ultralytics_val_dataset)):
         item = ultralytics_val_dataset[i]
         image, hw0, hw = load_image(Path(ultralytics_val_dataset.im_files[i]), 320)
-        tensor, pad = letterbox(image, 320)
+        padded, pad = letterbox(image, 320)
         expected = item["img"].numpy().astype(np.float32) / 255.0
-        assert np.array_equal(tensor[0], expected), ultralytics_val_dataset.im_files[i]
+        assert np.array_equal(to_tensor(padded)[0], expected), ultralytics_val_dataset.im_files[i]
         assert (hw[0] / hw0[0], hw[1] / hw0[1]) == item["ratio_pad"][0]
         assert pad == tuple(item["ratio_pad"][1])
 
@@ -93,3 +94,49 @@ def test_coco_map_perfect_wrong_and_empty():
     swapped[:, 5] = swapped[::-1, 5]
     assert coco_map(gt, to_coco(swapped, 0))[0] == pytest.approx(0.0)
     assert coco_map(gt, [])[:2] == (0.0, 0.0)
+
+
+def test_in_graph_preprocessing_matches_numpy(exported_project):
+    import openvino as ov
+
+    from qgate.evaluator import compile_model
+
+    ir = exported_project / "models" / "export" / "model_fp32.xml"
+    image = np.random.default_rng(0).integers(0, 255, (128, 128, 3), dtype=np.uint8)
+    plain = ov.Core().compile_model(str(ir), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    expected = plain(to_tensor(image))[0]
+    actual = compile_model(ir, "f32")(image[None])[0]
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-3)
+
+
+def test_coco_map_equals_full_pycocotools_summary():
+    import contextlib
+    import io
+
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    rng = np.random.default_rng(3)
+    boxes = [(int(rng.integers(1, 3)), [float(v) for v in rng.uniform(0, 60, 2)] + [float(v) for v in
+                                                                                  rng.uniform(2, 40, 2)])
+             for _ in range(40)]
+    gt = _ground_truth(boxes)
+    detections = []
+    for cls, (x, y, w, h) in boxes:  # jittered copies plus clutter, with random scores
+        for _ in range(3):
+            jitter = rng.normal(0, 2, 4)
+            detections.append({"image_id": 0, "category_id": cls if rng.random() > 0.2 else 3 - cls,
+                               "bbox": [x + jitter[0], y + jitter[1], max(w + jitter[2], 1), max(h + jitter[3], 1)],
+                               "score": float(rng.random())})
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_gt = COCO()
+        coco_gt.dataset = gt
+        coco_gt.createIndex()
+        full = COCOeval(coco_gt, coco_gt.loadRes(detections), "bbox")
+        full.evaluate()
+        full.accumulate()
+        full.summarize()
+    map50_95, map50, _ = coco_map(gt, detections)
+    assert 0.05 < full.stats[0] < 0.95
+    assert map50_95 == pytest.approx(full.stats[0], abs=1e-12)
+    assert map50 == pytest.approx(full.stats[1], abs=1e-12)
