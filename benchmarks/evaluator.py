@@ -32,7 +32,7 @@ import openvino as ov  # noqa: E402
 from qgate.dataset import load_dataset, split_images, ultralytics_yaml  # noqa: E402
 from qgate.evaluator import compile_model, evaluate  # noqa: E402
 from qgate.params import load_params  # noqa: E402
-from stages.export import IR_NAME  # noqa: E402
+from qgate.pipeline import fp32_ir  # noqa: E402
 
 
 def ultralytics_model_dir(ir: Path, names: tuple[str, ...], imgsz: int, precision: str, dest: Path) -> Path:
@@ -102,7 +102,7 @@ def main() -> None:
 def _case(args, work: Path) -> tuple[Path, Path, int]:
     if args.reference is None:
         params = load_params()
-        ir = Path(params.export.out_dir) / IR_NAME
+        ir = fp32_ir(params)
         if not ir.exists():
             sys.exit(f"error: {ir}: missing; run `dvc repro export` first")
         return ir, Path(params.model.dataset), params.model.imgsz

@@ -164,13 +164,14 @@ def predict(compiled: ov.CompiledModel, images: list[Path], imgsz: int,
         rows = decode(request.get_output_tensor(0).data[0], settings)
         detections[index] = to_coco(scale_to_original(rows, hw0, hw, pad), index)
 
+    takes_uint8 = compiled.input(0).get_element_type() == ov.Type.u8  # compile_model's in-graph preprocessing
     queue = ov.AsyncInferQueue(compiled, max(2, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
     queue.set_callback(on_done)
     for index, path in enumerate(tqdm(images, desc="evaluate", unit="img", leave=False)):
         image, hw0, hw = load_image(path, imgsz)
         padded, pad = letterbox(image, imgsz)
         shapes[index] = hw0
-        queue.start_async({0: padded[None]}, (index, hw0, hw, pad))
+        queue.start_async({0: padded[None] if takes_uint8 else to_tensor(padded)}, (index, hw0, hw, pad))
     queue.wait_all()
     return detections, shapes
 

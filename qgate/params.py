@@ -71,6 +71,67 @@ class BaselineParams:
 
 
 @dataclass(frozen=True)
+class SubgraphParams:
+    """One ignored subgraph: every op on a path from `inputs` to `outputs` stays float."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class IgnoredScopeParams:
+    """Ops NNCF must leave in float, by exact name, regex pattern, op type or subgraph."""
+
+    names: tuple[str, ...]
+    patterns: tuple[str, ...]
+    types: tuple[str, ...]
+    subgraphs: tuple[SubgraphParams, ...]
+
+
+@dataclass(frozen=True)
+class QuantizeParams:
+    """`quantize:` NNCF post-training INT8 quantization of the FP32 IR."""
+
+    preset: str
+    model_type: str
+    subset_size: int
+    fast_bias_correction: bool
+    calibration_split: str
+    allow_val_calibration: bool
+    seed: int
+    ignored_scope: IgnoredScopeParams
+    out_dir: str
+    precision_table: str
+    metrics: str
+
+
+@dataclass(frozen=True)
+class Int8EvalParams:
+    """`int8_eval:` the INT8 IR measured like the baseline, plus the images that changed most."""
+
+    metrics: str
+    per_class: str
+    detections: str
+    bad_cases: str
+    bad_case_conf: float
+    bad_case_iou: float
+
+
+@dataclass(frozen=True)
+class BenchmarkParams:
+    """`benchmark:` benchmark_app on the FP32 and INT8 IRs with identical settings."""
+
+    device: str
+    hint: str
+    seconds: int
+    repeats: int
+    batch: int
+    bf16: bool
+    report_dir: str
+    metrics: str
+
+
+@dataclass(frozen=True)
 class Params:
     """All sections of params.yaml."""
 
@@ -78,6 +139,9 @@ class Params:
     model: ModelParams
     export: ExportParams
     baseline: BaselineParams
+    quantize: QuantizeParams
+    int8_eval: Int8EvalParams
+    benchmark: BenchmarkParams
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
@@ -117,25 +181,44 @@ def _build(cls: type, raw: Any, path: Path, prefix: str) -> Any:
 def _coerce(hint: Any, value: Any, path: Path, key: str) -> Any:
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, path, prefix=f"{key}.")
-    origin = typing.get_origin(hint)
-    if origin is tuple:
-        if not isinstance(value, list) or not value:
-            raise QgateError(f"{path}: '{key}' must be a non-empty list")
-        return tuple(str(v) for v in value)
-    expected = {int: (int,), float: (int, float), str: (str,)}[hint]
+    if typing.get_origin(hint) is tuple:
+        item = typing.get_args(hint)[0]
+        if value is None:
+            value = []
+        if not isinstance(value, list):
+            raise QgateError(f"{path}: '{key}' must be a list")
+        return tuple(_coerce(item, v, path, f"{key}[{i}]") for i, v in enumerate(value))
+    expected = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}[hint]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise QgateError(f"{path}: '{key}' must be true or false, got {value!r}")
+        return value
     if isinstance(value, bool) or not isinstance(value, expected):
         raise QgateError(f"{path}: '{key}' must be of type {hint.__name__}, got {value!r}")
     return hint(value)
 
 
 def _check_values(params: Params, path: Path) -> None:
-    precision = params.baseline.inference_precision
-    if precision not in INFERENCE_PRECISIONS:
-        raise QgateError(
-            f"{path}: 'baseline.inference_precision' is {precision!r}; use one of {', '.join(INFERENCE_PRECISIONS)}"
-        )
+    _one_of(path, "baseline.inference_precision", params.baseline.inference_precision, INFERENCE_PRECISIONS)
     if params.model.imgsz % 32:
         raise QgateError(f"{path}: 'model.imgsz' is {params.model.imgsz}; use a multiple of 32")
-    for key in ("conf", "iou"):
-        if not 0.0 <= getattr(params.baseline, key) <= 1.0:
-            raise QgateError(f"{path}: 'baseline.{key}' must be within [0, 1]")
+    for section, key in (("baseline", "conf"), ("baseline", "iou"), ("int8_eval", "bad_case_conf"),
+                         ("int8_eval", "bad_case_iou")):
+        if not 0.0 <= getattr(getattr(params, section), key) <= 1.0:
+            raise QgateError(f"{path}: '{section}.{key}' must be within [0, 1]")
+    if not params.demo.classes:
+        raise QgateError(f"{path}: 'demo.classes' must list at least one class")
+    _one_of(path, "quantize.preset", params.quantize.preset, ("performance", "mixed"))
+    _one_of(path, "quantize.model_type", params.quantize.model_type, ("none", "transformer"))
+    _one_of(path, "benchmark.hint", params.benchmark.hint, ("throughput", "latency"))
+    for key in ("subset_size",):
+        if getattr(params.quantize, key) < 1:
+            raise QgateError(f"{path}: 'quantize.{key}' must be >= 1")
+    if params.benchmark.seconds <= 0 or params.benchmark.repeats < 1 or params.benchmark.batch < 1:
+        raise QgateError(f"{path}: 'benchmark.seconds' must be > 0, 'repeats' and 'batch' >= 1; "
+                         f"got {params.benchmark.seconds}, {params.benchmark.repeats}, {params.benchmark.batch}")
+
+
+def _one_of(path: Path, key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise QgateError(f"{path}: '{key}' is {value!r}; use one of {', '.join(allowed)}")

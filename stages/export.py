@@ -13,12 +13,12 @@ import openvino as ov
 from qgate.cli import run_stage
 from qgate.io import sha256_file, write_json
 from qgate.params import Params
+from qgate.pipeline import FP32_IR_NAME
 from qgate.yolo import load_detector, versions
 
 log = logging.getLogger(__name__)
 
 ONNX_NAME = "model.onnx"
-IR_NAME = "model_fp32.xml"
 
 
 def main(params: Params) -> dict:
@@ -34,7 +34,7 @@ def main(params: Params) -> dict:
         onnx_path = _export_onnx(model, params, staging)
         log.info("[2/2] export: ONNX -> FP32 OpenVINO IR")
         ir = ov.convert_model(onnx_path)
-        ov.save_model(ir, staging / IR_NAME, compress_to_fp16=False)  # default would halve weights to FP16
+        ov.save_model(ir, staging / FP32_IR_NAME, compress_to_fp16=False)  # default would halve weights to FP16
         record = _record(params, model.names, ir, staging)
         shutil.rmtree(out_dir, ignore_errors=True)
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -62,8 +62,8 @@ def _record(params: Params, names: dict, ir: ov.Model, folder: Path) -> dict:
     return {
         "model_sha256": sha256_file(params.model.weights),
         "onnx_sha256": sha256_file(folder / ONNX_NAME),
-        "ir_xml_sha256": sha256_file(folder / IR_NAME),
-        "ir_bin_sha256": sha256_file((folder / IR_NAME).with_suffix(".bin")),
+        "ir_xml_sha256": sha256_file(folder / FP32_IR_NAME),
+        "ir_bin_sha256": sha256_file((folder / FP32_IR_NAME).with_suffix(".bin")),
         "weights": params.model.weights,
         "imgsz": params.model.imgsz,
         "opset": params.export.opset,
@@ -73,7 +73,7 @@ def _record(params: Params, names: dict, ir: ov.Model, folder: Path) -> dict:
         "ir_op_count": sum(ops.values()),
         "ir_op_types": dict(sorted(ops.items())),
         "onnx_size_mb": round((folder / ONNX_NAME).stat().st_size / 2**20, 3),
-        "ir_size_mb": round((folder / IR_NAME).with_suffix(".bin").stat().st_size / 2**20, 3),
+        "ir_size_mb": round((folder / FP32_IR_NAME).with_suffix(".bin").stat().st_size / 2**20, 3),
         **versions(),
     }
 

@@ -47,15 +47,19 @@ def make_dataset(root: Path, images: int = 6, seed: int = 0) -> Path:
             cv2.imwrite(str(root / "images" / split / f"{i}.jpg"), image)
             text = "".join(f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}\n" for c, x, y, w, h in labels)
             (root / "labels" / split / f"{i}.txt").write_text(text)
-    spec = {"path": str(root), "val": "images/val", "calib": "images/calib", "names": dict(enumerate(DEMO_CLASSES))}
+    spec = {"path": ".", "val": "images/val", "calib": "images/calib", "names": dict(enumerate(DEMO_CLASSES))}
     (root / "data.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return root / "data.yaml"
 
 
 def write_params(project: Path, weights: Path, dataset: Path, imgsz: int = 128, **overrides) -> Path:
-    """params.yaml for a project in `project`, based on the repository's, with paths and overrides applied."""
+    """params.yaml for a project in `project`, based on the repository's, with paths and overrides applied.
+
+    Overrides are `section__key=value`, e.g. `quantize__subset_size=2`.
+    """
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["model"].update(weights=str(weights), dataset=str(dataset), data_dir=str(dataset.parent), imgsz=imgsz)
+    params["benchmark"].update(seconds=1, repeats=1)
     for dotted, value in overrides.items():
         section, key = dotted.split("__")
         params[section][key] = value
@@ -88,4 +92,25 @@ def exported_project(tmp_path_factory, tiny_weights) -> Path:
     write_params(project, tiny_weights, dataset)
     result = stage("export", project)
     assert result.returncode == 0, result.stderr
+    return project
+
+
+def copy_project(source: Path, dest: Path, weights: Path, **overrides) -> Path:
+    """A new project in `dest` with `source`'s outputs and dataset, and fresh params with `overrides`."""
+    import shutil
+
+    for folder in ("models", "metrics", "artifacts", "data"):
+        if (source / folder).exists():
+            shutil.copytree(source / folder, dest / folder)
+    write_params(dest, weights, dest / "data" / "data.yaml", **overrides)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def quantized_project(tmp_path_factory, exported_project, tiny_weights) -> Path:
+    """The tiny project after the real baseline and quantize stages."""
+    project = copy_project(exported_project, tmp_path_factory.mktemp("quantized"), tiny_weights)
+    for name in ("baseline", "quantize"):
+        result = stage(name, project)
+        assert result.returncode == 0, result.stderr
     return project

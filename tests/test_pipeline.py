@@ -1,4 +1,4 @@
-"""The real DVC pipeline on the embedded demo: `dvc repro baseline` succeeds, meets the bar, and is cached."""
+"""The real DVC pipeline on the embedded demo: `dvc repro` succeeds, meets the bar, and is cached."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _dvc(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def repro():
-    result = _dvc("repro", "baseline")
+    result = _dvc("repro")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
@@ -36,7 +36,23 @@ def test_demo_baseline_reaches_the_bar(repro):
     assert metrics["model_sha256"] == record["model_sha256"]
 
 
+def test_int8_and_benchmark_metrics(repro):
+    params = load_params(ROOT / "params.yaml")
+    int8 = json.loads((ROOT / params.int8_eval.metrics).read_text())
+    for key in ("map50_95", "map50", "map50_95_drop", "map50_95_drop_rel", "inference_precision"):
+        assert key in int8, key
+    bench = json.loads((ROOT / params.benchmark.metrics).read_text())
+    for key in ("fp32_latency_ms", "int8_latency_ms", "fp32_fps", "int8_fps", "speedup_fps", "speedup_latency",
+                "fp32_size_mb", "int8_size_mb", "compression_ratio", "fp32_precision", "int8_precision",
+                "fp32_fps_spread_rel", "int8_fps_spread_rel"):
+        assert key in bench, key
+    quantize = json.loads((ROOT / params.quantize.metrics).read_text())
+    assert quantize["fake_quantize_count"] > 0 and quantize["calibration_overlaps_val"] == 0
+    record = json.loads((ROOT / params.export.record).read_text())
+    assert {int8["model_sha256"], bench["model_sha256"], quantize["model_sha256"]} == {record["model_sha256"]}
+
+
 def test_second_repro_runs_nothing(repro):
-    again = _dvc("repro", "baseline")
+    again = _dvc("repro")
     assert again.returncode == 0, again.stderr
     assert "Running stage" not in again.stdout, again.stdout

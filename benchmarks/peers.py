@@ -1,0 +1,147 @@
+"""Side by side on one FP32 model, calibration set and val split: three ways to get an INT8 OpenVINO model.
+
+(a) qgate's `quantize` stage with the params.yaml defaults, (b) Ultralytics' own
+`export(format='openvino', int8=True)` calibrated on the same images, (c) NNCF's
+`quantize_with_accuracy_control` (max_drop 0.01, validated on the val split). Each INT8 model is
+scored by qgate's evaluator and timed by benchmark_app with the `benchmark:` settings; the FP32 IR is
+measured the same way, in the same run.
+
+    python benchmarks/peers.py                                     # the demo (after `dvc repro export`)
+    python benchmarks/peers.py --reference ../shared/reference     # official yolov8n + COCO128 at 640
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from qgate import offline  # noqa: E402
+
+offline.configure()
+
+import openvino as ov  # noqa: E402
+
+from qgate.dataset import load_dataset, split_images, ultralytics_yaml  # noqa: E402
+from qgate.evaluator import compile_model, evaluate, letterbox, load_image, to_tensor  # noqa: E402
+from qgate.params import Params, load_params  # noqa: E402
+from qgate.pipeline import fp32_ir  # noqa: E402
+from stages import quantize  # noqa: E402
+from stages.benchmark import run_benchmark_app  # noqa: E402
+
+
+def _reference_params(params: Params, reference: Path, work: Path) -> Params:
+    """The repository's params pointed at the reference case: COCO128 has no calib split, so train (= val)."""
+    model = dataclasses.replace(params.model, weights=str(reference / "models" / "yolov8n.pt"),
+                                dataset=str(reference / "data" / "coco128.yaml"), imgsz=640)
+    q = dataclasses.replace(params.quantize, calibration_split="train", allow_val_calibration=True)
+    export = dataclasses.replace(params.export, out_dir=str(work / "export"), record=str(work / "record.json"))
+    return dataclasses.replace(params, model=model, quantize=q, export=export)
+
+
+def run_qgate(params: Params, work: Path) -> tuple[Path, float]:
+    dataset = load_dataset(params.model.dataset)
+    calibration = quantize.calibration_images(params, dataset)
+    start = time.perf_counter()
+    model = quantize._quantize(ov.Core().read_model(fp32_ir(params)), calibration, params)
+    seconds = time.perf_counter() - start
+    ov.save_model(model, work / "qgate_int8.xml", compress_to_fp16=False)
+    return work / "qgate_int8.xml", seconds
+
+
+def run_ultralytics(params: Params, work: Path) -> tuple[Path, float]:
+    from ultralytics import YOLO
+
+    dataset = load_dataset(params.model.dataset)
+    data = ultralytics_yaml(dataset, work / "calib.yaml")
+    spec = yaml.safe_load(data.read_text())
+    spec["val"] = dataset.splits[params.quantize.calibration_split]  # Ultralytics calibrates on `split`
+    data.write_text(yaml.safe_dump(spec))
+    weights = work / "weights.pt"
+    shutil.copyfile(params.model.weights, weights)
+    start = time.perf_counter()
+    folder = YOLO(str(weights)).export(format="openvino", int8=True, data=str(data), imgsz=params.model.imgsz,
+                                       batch=1, dynamic=False)
+    seconds = time.perf_counter() - start
+    return next(Path(folder).glob("*.xml")), seconds
+
+
+def run_accuracy_control(params: Params, work: Path) -> tuple[Path, float]:
+    import nncf
+
+    dataset = load_dataset(params.model.dataset)
+    imgsz = params.model.imgsz
+    calibration = quantize.calibration_images(params, dataset)
+    val = split_images(dataset, params.baseline.split)
+
+    def transform(path: Path):
+        return to_tensor(letterbox(load_image(path, imgsz)[0], imgsz)[0])
+
+    def validate(compiled, items) -> tuple[float, None]:  # scores only the images it is given
+        return evaluate(compiled, list(items), dataset.names, imgsz).map50_95, None
+
+    scope = params.quantize.ignored_scope
+    start = time.perf_counter()
+    model = nncf.quantize_with_accuracy_control(
+        ov.Core().read_model(fp32_ir(params)), nncf.Dataset(calibration, transform), nncf.Dataset(val),
+        validate, max_drop=0.01, preset=nncf.QuantizationPreset(params.quantize.preset),
+        subset_size=len(calibration),
+        ignored_scope=nncf.IgnoredScope(subgraphs=[nncf.Subgraph(inputs=list(s.inputs), outputs=list(s.outputs))
+                                                   for s in scope.subgraphs]))
+    seconds = time.perf_counter() - start
+    ov.save_model(model, work / "nncf_ac_int8.xml", compress_to_fp16=False)
+    return work / "nncf_ac_int8.xml", seconds
+
+
+def measure(ir: Path, params: Params, work: Path, name: str) -> tuple[float, float]:
+    dataset = load_dataset(params.model.dataset)
+    images = split_images(dataset, params.baseline.split)
+    result = evaluate(compile_model(ir, params.baseline.inference_precision), images, dataset.names,
+                      params.model.imgsz)
+    bench = run_benchmark_app(ir, params.baseline.inference_precision, params.benchmark, work / f"bench_{name}",
+                              params.model.imgsz)
+    return result.map50_95, bench["fps"]
+
+
+def main() -> None:
+    """Build the three INT8 models, then score and time each next to the FP32 IR."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference", type=Path, help="a reference case folder (models/yolov8n.pt, data/coco128)")
+    args = parser.parse_args()
+    offline.ultralytics_settings_off()
+    params = load_params()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if args.reference:
+            params = _reference_params(params, args.reference.resolve(), work)
+            from stages import export
+
+            export.main(params)
+        rows = [("FP32 IR (no quantization)", fp32_ir(params), 0.0)]
+        for name, build in (("qgate quantize (defaults)", run_qgate), ("ultralytics export int8", run_ultralytics),
+                            ("nncf accuracy control 0.01", run_accuracy_control)):
+            ir, seconds = build(params, work)
+            rows.append((name, ir, seconds))
+        print(f"\n{params.model.weights} at imgsz {params.model.imgsz}; mAP50-95 by qgate's evaluator on "
+              f"'{params.baseline.split}', FPS by benchmark_app ({params.benchmark.hint}, "
+              f"{params.benchmark.seconds} s, {params.baseline.inference_precision})")
+        print(f"{'model':<30}{'mAP50-95':>10}{'drop':>9}{'FPS':>9}{'vs FP32':>9}{'build s':>9}")
+        reference_map = reference_fps = None
+        for name, ir, seconds in rows:
+            map50_95, fps = measure(ir, params, work, name.split()[0])
+            reference_map = reference_map if reference_map is not None else map50_95
+            reference_fps = reference_fps or fps
+            print(f"{name:<30}{map50_95:>10.4f}{reference_map - map50_95:>9.4f}{fps:>9.1f}"
+                  f"{fps / reference_fps:>8.2f}x{seconds:>9.1f}")
+
+
+if __name__ == "__main__":
+    main()

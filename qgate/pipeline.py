@@ -1,0 +1,60 @@
+"""Pieces several stages share: the export record, the FP32 IR, and evaluating an IR like the baseline."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from qgate.dataset import Dataset, load_dataset, split_images, validate_labels
+from qgate.errors import QgateError
+from qgate.evaluator import Evaluation, Postprocess, compile_model, evaluate, measured_precision
+from qgate.io import read_json, sha256_file
+from qgate.params import Params
+
+log = logging.getLogger(__name__)
+
+FP32_IR_NAME = "model_fp32.xml"
+INT8_IR_NAME = "model_int8.xml"
+
+
+def fp32_ir(params: Params) -> Path:
+    """Path of the exported FP32 IR."""
+    return Path(params.export.out_dir) / FP32_IR_NAME
+
+
+def int8_ir(params: Params) -> Path:
+    """Path of the quantized INT8 IR."""
+    return Path(params.quantize.out_dir) / INT8_IR_NAME
+
+
+def export_record(params: Params) -> dict:
+    """The export record, checked against the FP32 IR on disk (a stale or missing one is an error)."""
+    record_path, ir_path = Path(params.export.record), fp32_ir(params)
+    if not ir_path.is_file() or not record_path.is_file():
+        raise QgateError(f"{ir_path}: FP32 IR or its export record is missing; run `dvc repro export`")
+    record = read_json(record_path)
+    if sha256_file(ir_path.with_suffix(".bin")) != record["ir_bin_sha256"]:
+        raise QgateError(f"{ir_path}: IR does not match {record_path}; re-run `dvc repro export`")
+    return record
+
+
+def model_dataset(params: Params, record: dict) -> Dataset:
+    """The dataset of `model.dataset`, whose class names must be the model's."""
+    dataset = load_dataset(params.model.dataset)
+    if list(dataset.names) != record["class_names"]:
+        raise QgateError(f"{dataset.yaml_path}: {len(dataset.names)} class names differ from the model's "
+                         f"{record['num_classes']}; use the dataset the model was trained on")
+    return dataset
+
+
+def evaluate_ir(params: Params, ir_path: Path, record: dict) -> tuple[Evaluation, str]:
+    """Evaluate an IR on the baseline's split with the baseline's settings; return it and the precision run."""
+    cfg = params.baseline
+    dataset = model_dataset(params, record)
+    images = split_images(dataset, cfg.split)
+    validate_labels(images, len(dataset.names))
+    compiled = compile_model(ir_path, cfg.inference_precision)
+    log.info("evaluating %s on %d %s images at %s", ir_path, len(images), cfg.split, measured_precision(compiled))
+    result = evaluate(compiled, images, dataset.names, params.model.imgsz,
+                      Postprocess(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det))
+    return result, measured_precision(compiled)

@@ -1,0 +1,116 @@
+"""Which ops an NNCF ignored scope keeps in float, and the per-op precision table of an INT8 model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openvino as ov
+
+from qgate.errors import QgateError
+from qgate.params import IgnoredScopeParams
+
+WEIGHTED_TYPES = {"Convolution", "GroupConvolution", "MatMul", "ConvolutionBackpropData"}
+ACTIVATION_TYPES = {"Add", "Subtract", "Multiply", "Divide", "Concat", "MaxPool", "AvgPool", "Interpolate"}
+INT8_TRANSPARENT_TYPES = {"VariadicSplit", "Split", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "MaxPool",
+                          "Concat", "StridedSlice", "Slice"}
+SKIPPED_TYPES = {"FakeQuantize", "Constant", "Parameter", "Result", "Convert"}
+PRECISION_COLUMNS = ["index", "name", "type", "precision", "activations_int8", "weights_int8", "why",
+                     "act_input_low", "act_input_high", "act_levels", "weight_levels"]
+
+
+def scope_matches(model: ov.Model, scope: IgnoredScopeParams, ir_path: Path) -> dict[str, str]:
+    """Map op name -> the ignored-scope entry that keeps it float; an entry matching nothing is an error."""
+    from nncf.openvino.graph.nncf_graph_builder import GraphConverter
+    from nncf.scopes import IgnoredScope, Subgraph, get_matched_ignored_scope_info
+
+    graph = GraphConverter.create_nncf_graph(model)
+    entries = [(f"names[{i}] '{n}'", IgnoredScope(names=[n])) for i, n in enumerate(scope.names)]
+    entries += [(f"patterns[{i}] '{p}'", IgnoredScope(patterns=[p])) for i, p in enumerate(scope.patterns)]
+    entries += [(f"types[{i}] '{t}'", IgnoredScope(types=[t])) for i, t in enumerate(scope.types)]
+    entries += [(f"subgraphs[{i}] {list(s.inputs)} -> {list(s.outputs)}",
+                 IgnoredScope(subgraphs=[Subgraph(inputs=list(s.inputs), outputs=list(s.outputs))]))
+                for i, s in enumerate(scope.subgraphs)]
+    matches: dict[str, str] = {}
+    for label, entry in entries:
+        try:
+            _, found = get_matched_ignored_scope_info(entry, [graph])
+        except Exception:  # nncf raises on a subgraph endpoint name that is not in the graph
+            found = {}
+        names = set().union(*found.values()) if found else set()
+        if not names:
+            raise QgateError(f"{ir_path}: quantize.ignored_scope.{label} matches no op of this model; "
+                             "fix or remove that entry (op names are the IR's friendly names)")
+        for name in names:
+            matches.setdefault(name, f"ignored by quantize.ignored_scope.{label}")
+    return matches
+
+
+def precision_table(model: ov.Model, ignored: dict[str, str]) -> list[dict]:
+    """One row per weighted or activation-quantizable op of an NNCF-quantized model, in graph order."""
+    rows = []
+    for op in model.get_ordered_ops():
+        kind, name = op.get_type_name(), op.get_friendly_name()
+        if kind in SKIPPED_TYPES:
+            continue
+        weighted = kind in WEIGHTED_TYPES
+        producers = [op.input_value(i).get_node() for i in range(op.get_input_size())]
+        activation_fqs = [fq for i, p in enumerate(producers) if not (weighted and i == 1)
+                          for fq in upstream_quantizers(p)]
+        weight_fq = _weight_quantizer(producers[1]) if weighted else None
+        elementwise_with_constant = kind in ACTIVATION_TYPES and any(
+            p.get_type_name() == "Constant" for p in producers)  # bias / scale: fused, never quantized
+        if not (weighted or activation_fqs or name in ignored
+                or (kind in ACTIVATION_TYPES and not elementwise_with_constant)):
+            continue
+        quantized = bool(activation_fqs or weight_fq)
+        low, high, levels = _range(activation_fqs)
+        rows.append({
+            "index": len(rows), "name": name, "type": kind, "precision": "int8" if quantized else "float",
+            "activations_int8": int(bool(activation_fqs)), "weights_int8": int(weight_fq is not None),
+            "why": ignored.get(name) or ("quantized" if quantized else f"not quantized by NNCF ({kind} here)"),
+            "act_input_low": low, "act_input_high": high, "act_levels": levels,
+            "weight_levels": _levels(weight_fq),
+        })
+    return rows
+
+
+def upstream_quantizers(node) -> list:
+    """FakeQuantize ops feeding `node`'s value through ops that keep int8 (split, reshape, concat, pool).
+
+    NNCF puts one quantizer before a Split or Concat instead of one per consumer. Empty when any path
+    reaches a float op first.
+    """
+    kind = node.get_type_name()
+    if kind == "FakeQuantize":
+        return [node]
+    if kind not in INT8_TRANSPARENT_TYPES:
+        return []
+    inputs = [node.input_value(0).get_node()] if kind != "Concat" else \
+        [node.input_value(i).get_node() for i in range(node.get_input_size())]
+    found = [upstream_quantizers(n) for n in inputs]
+    return [fq for fqs in found for fq in fqs] if all(found) else []
+
+
+def _weight_quantizer(node):
+    """The weight decompression (int8 Constant -> Convert -> Multiply) or FakeQuantize feeding a weighted op."""
+    while node.get_type_name() in {"Multiply", "Subtract", "Convert", "Reshape", "FakeQuantize"}:
+        if node.get_type_name() == "FakeQuantize" or "fq_weights" in node.get_friendly_name():
+            return node
+        node = node.input_value(0).get_node()
+    return None
+
+
+def _range(fake_quantizes: list) -> tuple:
+    if not fake_quantizes:
+        return "", "", ""
+    lows = [fq.input_value(1).get_node().get_data().min() for fq in fake_quantizes]
+    highs = [fq.input_value(2).get_node().get_data().max() for fq in fake_quantizes]
+    return round(float(min(lows)), 6), round(float(max(highs)), 6), _levels(fake_quantizes[0])
+
+
+def _levels(node) -> int | str:
+    if node is None:
+        return ""
+    if node.get_type_name() == "FakeQuantize":
+        return node.get_attributes()["levels"]
+    return 256  # NNCF compressed the weights to an int8 constant

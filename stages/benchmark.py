@@ -1,0 +1,116 @@
+"""FP32 and INT8 IRs -> benchmark_app latency / throughput (repeated, interleaved, medians) and sizes."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import openvino as ov
+
+from qgate.cli import run_stage
+from qgate.errors import QgateError
+from qgate.io import read_json, write_json
+from qgate.params import BenchmarkParams, Params
+from qgate.pipeline import export_record, fp32_ir, int8_ir
+
+log = logging.getLogger(__name__)
+
+
+def main(params: Params) -> dict:
+    """Run benchmark_app on each model `repeats` times, interleaved; write medians, spread and sizes."""
+    cfg = params.benchmark
+    Path(cfg.metrics).unlink(missing_ok=True)
+    record = export_record(params)
+    if not int8_ir(params).is_file():
+        raise QgateError(f"{int8_ir(params)}: INT8 IR is missing; run `dvc repro quantize`")
+    devices = ov.Core().available_devices
+    if cfg.device not in devices:
+        raise QgateError(f"params.yaml: benchmark.device '{cfg.device}' is not available here; "
+                         f"use one of {', '.join(devices)}")
+    precision = params.baseline.inference_precision
+    runs = {"fp32": (fp32_ir(params), precision), "int8": (int8_ir(params), precision)}
+    if cfg.bf16 and bf16_supported(cfg.device):
+        runs["bf16"] = (fp32_ir(params), "bf16")
+    results: dict[str, list[dict]] = {name: [] for name in runs}
+    shutil.rmtree(cfg.report_dir, ignore_errors=True)
+    for repeat in range(cfg.repeats):  # interleaved so slow drift on a shared VM hits every model alike
+        for name, (ir, hint) in runs.items():
+            log.info("[%d/%d] benchmark: %s (%s, %s, %d s)", repeat + 1, cfg.repeats, name, hint, cfg.hint,
+                     cfg.seconds)
+            results[name].append(run_benchmark_app(ir, hint, cfg, Path(cfg.report_dir) / f"{name}_{repeat}",
+                                                   params.model.imgsz))
+    metrics = _summarize(results, runs, cfg, record, params)
+    write_json(cfg.metrics, metrics)
+    return metrics
+
+
+def bf16_supported(device: str) -> bool:
+    """Whether the device can run float layers in BF16 (it falls back to f32 silently otherwise)."""
+    return "BF16" in ov.Core().get_property(device, "OPTIMIZATION_CAPABILITIES")
+
+
+def run_benchmark_app(ir: Path, precision: str, cfg: BenchmarkParams, report_dir: Path, imgsz: int) -> dict:
+    """One benchmark_app run; returns latency (median, ms), throughput (FPS) and iterations."""
+    report_dir.mkdir(parents=True, exist_ok=True)  # benchmark_app crashes after the run if it is missing
+    command = [str(Path(sys.executable).parent / "benchmark_app"), "-m", str(ir), "-d", cfg.device,
+               "-hint", cfg.hint, "-t", str(cfg.seconds), "-infer_precision", precision,
+               "-report_type", "no_counters", "-report_folder", str(report_dir), "-json_stats"]
+    if cfg.batch > 1:
+        command += ["-shape", f"[{cfg.batch},3,{imgsz},{imgsz}]"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    report = report_dir / "benchmark_report.json"
+    if done.returncode != 0 or not report.is_file():
+        raise QgateError(f"{ir}: benchmark_app failed (exit {done.returncode}): {_error_text(done)}")
+    results = read_json(report)["execution_results"]
+    return {"latency_ms": float(results["latency (ms)"]), "fps": float(results["throughput"]),
+            "iterations": int(results["total number of iterations"])}
+
+
+def _error_text(done: subprocess.CompletedProcess) -> str:
+    """benchmark_app's own error, on one line: from its first error line to the end, tracebacks dropped."""
+    lines = [line.strip() for line in (done.stdout + "\n" + done.stderr).splitlines() if line.strip()]
+    first = next((i for i, line in enumerate(lines) if "[ ERROR ]" in line or line.startswith(("RuntimeError",
+                  "Exception"))), max(len(lines) - 3, 0))
+    message = []
+    for line in lines[first:]:
+        if line.startswith(("Traceback", 'File "')):
+            break
+        message.append(line)
+    return " ".join(message)[:400]
+
+
+def _summarize(results: dict, runs: dict, cfg: BenchmarkParams, record: dict, params: Params) -> dict:
+    metrics: dict = {}
+    for name, samples in results.items():
+        fps = [s["fps"] for s in samples]
+        metrics[f"{name}_latency_ms"] = round(statistics.median(s["latency_ms"] for s in samples), 3)
+        metrics[f"{name}_fps"] = round(statistics.median(fps), 2)
+        metrics[f"{name}_fps_spread_rel"] = round((max(fps) - min(fps)) / statistics.median(fps), 4)
+        metrics[f"{name}_precision"] = _measured(runs[name], cfg.device)
+    metrics["speedup_fps"] = round(metrics["int8_fps"] / metrics["fp32_fps"], 3)
+    metrics["speedup_latency"] = round(metrics["fp32_latency_ms"] / metrics["int8_latency_ms"], 3)
+    if "bf16" in results:
+        metrics["int8_vs_bf16_fps"] = round(metrics["int8_fps"] / metrics["bf16_fps"], 3)
+    fp32_mb = fp32_ir(params).with_suffix(".bin").stat().st_size / 2**20
+    int8_mb = int8_ir(params).with_suffix(".bin").stat().st_size / 2**20
+    metrics.update({
+        "bf16_supported": int("bf16" in results), "fp32_size_mb": round(fp32_mb, 3),
+        "int8_size_mb": round(int8_mb, 3), "compression_ratio": round(fp32_mb / int8_mb, 3),
+        "hint": cfg.hint, "seconds": cfg.seconds, "repeats": cfg.repeats, "batch": cfg.batch,
+        "device": cfg.device, "model_sha256": record["model_sha256"],
+    })
+    return metrics
+
+
+def _measured(run: tuple[Path, str], device: str) -> str:
+    ir, precision = run
+    compiled = ov.Core().compile_model(str(ir), device, {"INFERENCE_PRECISION_HINT": precision})
+    return compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+
+
+if __name__ == "__main__":
+    run_stage(main, __doc__)

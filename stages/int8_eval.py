@@ -1,0 +1,68 @@
+"""INT8 IR -> mAP measured exactly like the FP32 baseline, the drop, and the images that changed most."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from qgate.cli import run_stage
+from qgate.compare import BAD_CASE_COLUMNS, bad_cases
+from qgate.errors import QgateError
+from qgate.io import read_json, sha256_file, write_csv, write_json
+from qgate.params import Params
+from qgate.pipeline import evaluate_ir, export_record, int8_ir
+
+log = logging.getLogger(__name__)
+
+
+def main(params: Params) -> dict:
+    """Evaluate the INT8 IR; compare with the baseline's metrics and detections."""
+    cfg = params.int8_eval
+    for output in (cfg.metrics, cfg.per_class, cfg.detections, cfg.bad_cases):
+        Path(output).unlink(missing_ok=True)
+    record = export_record(params)
+    baseline, baseline_detections = _baseline(params, record)
+    ir_path = int8_ir(params)
+    if not ir_path.is_file():
+        raise QgateError(f"{ir_path}: INT8 IR is missing; run `dvc repro quantize`")
+    log.info("[1/2] int8_eval: evaluating the INT8 IR")
+    result, precision = evaluate_ir(params, ir_path, record)
+    log.info("[2/2] int8_eval: ranking images by FP32/INT8 disagreement")
+    cases = bad_cases(baseline_detections, result.detections, result.ground_truth["images"],
+                      cfg.bad_case_conf, cfg.bad_case_iou)
+    drop = baseline["map50_95"] - result.map50_95
+    metrics = {
+        "map50_95": round(result.map50_95, 5),
+        "map50": round(result.map50, 5),
+        "baseline_map50_95": baseline["map50_95"],
+        "map50_95_drop": round(drop, 5),
+        "map50_95_drop_rel": round(drop / baseline["map50_95"], 5) if baseline["map50_95"] else 0.0,
+        "map50_drop": round(baseline["map50"] - result.map50, 5),
+        "images": result.images,
+        "instances": result.instances,
+        "images_changed": sum(c["disagreement"] > 0 for c in cases),
+        "mean_disagreement": round(sum(c["disagreement"] for c in cases) / max(len(cases), 1), 5),
+        "inference_precision": precision,
+        "model_sha256": record["model_sha256"],
+        "int8_ir_bin_sha256": sha256_file(ir_path.with_suffix(".bin")),
+    }
+    write_json(cfg.detections, result.detections)
+    write_json(cfg.per_class, result.per_class)
+    write_csv(cfg.bad_cases, cases, BAD_CASE_COLUMNS)
+    write_json(cfg.metrics, metrics)
+    return metrics
+
+
+def _baseline(params: Params, record: dict) -> tuple[dict, list[dict]]:
+    metrics_path, detections_path = Path(params.baseline.metrics), Path(params.baseline.detections)
+    if not metrics_path.is_file() or not detections_path.is_file():
+        raise QgateError(f"{metrics_path}: baseline metrics or detections missing; run `dvc repro baseline`")
+    baseline = read_json(metrics_path)
+    if baseline.get("model_sha256") != record["model_sha256"]:
+        raise QgateError(f"{metrics_path}: measured another model than {params.export.record}; "
+                         "run `dvc repro baseline`")
+    return baseline, read_json(detections_path)
+
+
+if __name__ == "__main__":
+    run_stage(main, __doc__)

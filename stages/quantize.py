@@ -1,0 +1,121 @@
+"""FP32 IR + calibration split -> NNCF INT8 IR, a per-op precision table and quantize metrics."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+
+from qgate.cli import run_stage
+from qgate.dataset import Dataset, split_images
+from qgate.errors import QgateError
+from qgate.evaluator import letterbox, load_image, to_tensor
+from qgate.io import sha256_file, write_csv, write_json
+from qgate.params import Params
+from qgate.pipeline import INT8_IR_NAME, export_record, fp32_ir, model_dataset
+from qgate.precision import PRECISION_COLUMNS, precision_table, scope_matches
+
+log = logging.getLogger(__name__)
+
+
+def main(params: Params) -> dict:
+    """Quantize the FP32 IR with the `quantize:` settings; write the INT8 IR, precision table and metrics."""
+    cfg = params.quantize
+    for output in (cfg.metrics, cfg.precision_table):
+        Path(output).unlink(missing_ok=True)
+    record = export_record(params)
+    dataset = model_dataset(params, record)
+    calibration = calibration_images(params, dataset)
+    model = ov.Core().read_model(fp32_ir(params))
+    log.info("[1/3] quantize: matching the ignored scope")
+    matches = scope_matches(model, cfg.ignored_scope, fp32_ir(params))
+    log.info("[2/3] quantize: NNCF %s preset on %d calibration images", cfg.preset, len(calibration))
+    start = time.perf_counter()
+    quantized = _quantize(model, calibration, params)
+    seconds = time.perf_counter() - start
+    rows = precision_table(quantized, matches)
+    log.info("[3/3] quantize: writing %s", cfg.out_dir)
+    sizes = _save(quantized, Path(cfg.out_dir))
+    write_csv(cfg.precision_table, rows, PRECISION_COLUMNS)
+    metrics = {
+        "fake_quantize_count": sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ops()),
+        "ops_int8": sum(row["precision"] == "int8" for row in rows),
+        "ops_float": sum(row["precision"] == "float" for row in rows),
+        "ops_ignored_by_scope": sum(row["why"].startswith("ignored") for row in rows),
+        "calibration_images": len(calibration),
+        "calibration_overlaps_val": int(_overlap(params, dataset, calibration) > 0),
+        "quantize_seconds": round(seconds, 2),
+        "int8_ir_size_mb": sizes,
+        "preset": cfg.preset,
+        "model_sha256": record["model_sha256"],
+        "int8_ir_bin_sha256": sha256_file(Path(cfg.out_dir) / Path(INT8_IR_NAME).with_suffix(".bin")),
+    }
+    write_json(cfg.metrics, metrics)
+    return metrics
+
+
+def calibration_images(params: Params, dataset: Dataset) -> list[Path]:
+    """Seeded subset of the calibration split; refuses val images unless the params allow them."""
+    cfg = params.quantize
+    images = split_images(dataset, cfg.calibration_split)
+    overlap = _overlap(params, dataset, images)
+    if overlap and not cfg.allow_val_calibration:
+        raise QgateError(f"{dataset.yaml_path}: {overlap} of {len(images)} '{cfg.calibration_split}' images are "
+                         f"also in '{params.baseline.split}'; calibrate on another split, or set "
+                         "quantize.allow_val_calibration: true (the report will say so)")
+    if overlap:
+        log.warning("calibrating on %d images that are also evaluated (allow_val_calibration)", overlap)
+    if cfg.subset_size > len(images):
+        log.warning("quantize.subset_size %d > %d images in '%s': using all of them",
+                    cfg.subset_size, len(images), cfg.calibration_split)
+    order = np.random.default_rng(cfg.seed).permutation(len(images))[: cfg.subset_size]
+    return [images[i] for i in sorted(order)]
+
+
+def _overlap(params: Params, dataset: Dataset, images: list[Path]) -> int:
+    evaluated = {p.resolve() for p in split_images(dataset, params.baseline.split)}
+    return sum(p.resolve() in evaluated for p in images)
+
+
+def _quantize(model: ov.Model, images: list[Path], params: Params) -> ov.Model:
+    import nncf
+
+    cfg = params.quantize
+    imgsz = params.model.imgsz
+
+    def transform(path: Path) -> np.ndarray:
+        try:
+            return to_tensor(letterbox(load_image(path, imgsz)[0], imgsz)[0])
+        except ValueError as exc:
+            raise QgateError(f"{path}: unreadable calibration image; remove it from the split") from exc
+
+    scope = cfg.ignored_scope
+    ignored = nncf.IgnoredScope(
+        names=list(scope.names), patterns=list(scope.patterns), types=list(scope.types),
+        subgraphs=[nncf.Subgraph(inputs=list(s.inputs), outputs=list(s.outputs)) for s in scope.subgraphs])
+    return nncf.quantize(
+        model, nncf.Dataset(images, transform), preset=nncf.QuantizationPreset(cfg.preset),
+        model_type=None if cfg.model_type == "none" else nncf.ModelType(cfg.model_type),
+        subset_size=len(images), fast_bias_correction=cfg.fast_bias_correction, ignored_scope=ignored)
+
+
+def _save(model: ov.Model, out_dir: Path) -> float:
+    """Save atomically (whole folder renamed into place); return the weights file size in MB."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        ov.save_model(model, staging / INT8_IR_NAME, compress_to_fp16=False)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        staging.rename(out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return round((out_dir / INT8_IR_NAME).with_suffix(".bin").stat().st_size / 2**20, 3)
+
+
+if __name__ == "__main__":
+    run_stage(main, __doc__)

@@ -1,0 +1,46 @@
+"""benchmark_app on the tiny FP32 and INT8 IRs: parsed report, medians, bad settings."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import copy_project, error_line, stage
+
+
+def test_benchmark_metrics(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path, tiny_weights, benchmark__repeats=2)
+    result = stage("benchmark", project)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((project / "metrics" / "benchmark.json").read_text())
+    for key in ("fp32_latency_ms", "int8_latency_ms", "fp32_fps", "int8_fps", "speedup_fps", "speedup_latency",
+                "fp32_size_mb", "int8_size_mb", "compression_ratio", "fp32_fps_spread_rel"):
+        assert metrics[key] > 0, key
+    assert metrics["speedup_fps"] == round(metrics["int8_fps"] / metrics["fp32_fps"], 3)
+    assert metrics["compression_ratio"] > 2  # int8 weights are stored as int8
+    assert metrics["fp32_precision"] == "f32" and metrics["repeats"] == 2
+    assert (project / "reports" / "benchmark" / "int8_1" / "benchmark_report.json").is_file()
+
+
+def test_nonpositive_seconds_is_a_params_error(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path, tiny_weights, benchmark__seconds=0)
+    result = stage("benchmark", project)
+    assert result.returncode == 2
+    assert "'benchmark.seconds' must be > 0" in error_line(result)
+
+
+def test_unavailable_device(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path, tiny_weights, benchmark__device="NOSUCHDEVICE")
+    result = stage("benchmark", project)
+    assert result.returncode == 2, result.stderr
+    assert "benchmark.device 'NOSUCHDEVICE' is not available here; use one of CPU" in error_line(result)
+
+
+def test_benchmark_app_failure_shows_its_error(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path, tiny_weights)
+    (project / "models" / "int8" / "model_int8.xml").write_text("<net>broken</net>")
+    result = stage("benchmark", project)
+    assert result.returncode == 2, result.stderr
+    line = error_line(result)
+    assert "model_int8.xml: benchmark_app failed (exit 1):" in line and "Unable to read the model" in line, line
+    assert "Traceback" not in result.stderr
+    assert not (project / "metrics" / "benchmark.json").exists()

@@ -1,0 +1,95 @@
+"""The quantize stage on a tiny real model: INT8 IR, precision table, scope validation, calibration rules."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import openvino as ov
+import pytest
+
+from tests.conftest import copy_project, error_line, stage
+
+
+def _rows(project):
+    with open(project / "reports" / "precision_table.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_quantize_writes_int8_ir_table_and_metrics(quantized_project):
+    metrics = json.loads((quantized_project / "metrics" / "quantize.json").read_text())
+    model = ov.Core().read_model(quantized_project / "models" / "int8" / "model_int8.xml")
+    fake_quantizes = sum(op.get_type_name() == "FakeQuantize" for op in model.get_ops())
+    assert metrics["fake_quantize_count"] == fake_quantizes > 0
+    rows = _rows(quantized_project)
+    assert metrics["ops_int8"] == sum(r["precision"] == "int8" for r in rows) > 0
+    decode = [r for r in rows if r["name"] == "/model.22/dfl/conv/Conv"]
+    assert decode and decode[0]["precision"] == "float"
+    assert decode[0]["why"].startswith("ignored by quantize.ignored_scope.subgraphs[0]")
+    convs = [r for r in rows if r["type"] == "Convolution" and r["precision"] == "int8"]
+    assert convs and all(r["weights_int8"] == "1" and r["act_levels"] == "256" for r in convs)
+    assert all(float(r["act_input_low"]) < float(r["act_input_high"]) for r in convs)
+    # make_dataset writes 6 calib images; the default subset_size (300) is clamped to them
+    assert metrics["calibration_images"] == 6
+    assert metrics["calibration_overlaps_val"] == 0
+
+
+def _fails(project, *fragments):
+    result = stage("quantize", project)
+    assert result.returncode == 2, result.stderr
+    line = error_line(result)
+    for fragment in fragments:
+        assert fragment in line, line
+    assert "Traceback" not in result.stderr
+    assert not (project / "metrics" / "quantize.json").exists()
+    return line
+
+
+@pytest.mark.parametrize(
+    ("scope", "fragment"),
+    [
+        pytest.param({"names": ["/model.99/conv/Conv"]}, "quantize.ignored_scope.names[0] '/model.99/conv/Conv'",
+                     id="name-matches-nothing"),
+        pytest.param({"patterns": [".*nothing_like_this.*"]}, "quantize.ignored_scope.patterns[0]",
+                     id="pattern-matches-nothing"),
+        pytest.param({"types": ["LSTMCell"]}, "quantize.ignored_scope.types[0] 'LSTMCell'", id="type-absent"),
+        pytest.param({"subgraphs": [{"inputs": ["/model.22/Concat"], "outputs": ["no_such_output"]}]},
+                     "quantize.ignored_scope.subgraphs[0]", id="subgraph-endpoint-absent"),
+    ],
+)
+def test_scope_entry_matching_nothing_is_named(tmp_path, exported_project, tiny_weights, scope, fragment):
+    full = {"names": [], "patterns": [], "types": [], "subgraphs": [], **scope}
+    project = copy_project(exported_project, tmp_path, tiny_weights, quantize__ignored_scope=full)
+    _fails(project, fragment, "matches no op")
+
+
+def test_calibration_on_val_is_refused_unless_allowed(tmp_path, exported_project, tiny_weights):
+    project = copy_project(exported_project, tmp_path / "refused", tiny_weights, quantize__calibration_split="val")
+    _fails(project, "data.yaml", "6 of 6 'val' images are also in 'val'", "allow_val_calibration")
+    allowed = copy_project(exported_project, tmp_path / "allowed", tiny_weights, quantize__calibration_split="val",
+                           quantize__allow_val_calibration=True, quantize__subset_size=2)
+    result = stage("quantize", allowed)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((allowed / "metrics" / "quantize.json").read_text())
+    assert metrics["calibration_overlaps_val"] == 1 and metrics["calibration_images"] == 2
+
+
+def test_empty_calibration_split(tmp_path, exported_project, tiny_weights):
+    project = copy_project(exported_project, tmp_path, tiny_weights)
+    for image in (project / "data" / "images" / "calib").iterdir():
+        image.unlink()
+    _fails(project, "'calib' split has no images")
+
+
+def test_unreadable_calibration_image(tmp_path, exported_project, tiny_weights):
+    project = copy_project(exported_project, tmp_path, tiny_weights)
+    sorted((project / "data" / "images" / "calib").iterdir())[0].write_bytes(b"not a jpeg")
+    _fails(project, "unreadable calibration image")
+
+
+def test_missing_fp32_ir(tmp_path, exported_project, tiny_weights):
+    import shutil
+
+    project = copy_project(exported_project, tmp_path, tiny_weights)
+    shutil.rmtree(project / "models" / "export")
+    _fails(project, "model_fp32.xml", "run `dvc repro export`")
