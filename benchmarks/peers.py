@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -61,7 +62,9 @@ def run_ultralytics(params: Params, work: Path) -> tuple[Path, float]:
     from ultralytics import YOLO
 
     dataset = load_dataset(params.model.dataset)
-    data = ultralytics_yaml(dataset, work / "calib.yaml")
+    # A copy: Ultralytics writes a labels .cache beside the labels, and the source folder stays untouched.
+    shutil.copytree(dataset.root, work / "ultralytics_data")
+    data = ultralytics_yaml(dataclasses.replace(dataset, root=work / "ultralytics_data"), work / "calib.yaml")
     spec = yaml.safe_load(data.read_text())
     spec["val"] = dataset.splits[params.quantize.calibration_split]  # Ultralytics calibrates on `split`
     data.write_text(yaml.safe_dump(spec))
@@ -101,14 +104,22 @@ def run_accuracy_control(params: Params, work: Path) -> tuple[Path, float]:
     return work / "nncf_ac_int8.xml", seconds
 
 
-def measure(ir: Path, params: Params, work: Path, name: str) -> tuple[float, float]:
+def map50_95(ir: Path, params: Params) -> float:
     dataset = load_dataset(params.model.dataset)
     images = split_images(dataset, params.baseline.split)
-    result = evaluate(compile_model(ir, params.baseline.inference_precision), images, dataset.names,
-                      params.model.imgsz)
-    bench = run_benchmark_app(ir, params.baseline.inference_precision, params.benchmark, work / f"bench_{name}",
-                              params.model.imgsz)
-    return result.map50_95, bench["fps"]
+    return evaluate(compile_model(ir, params.baseline.inference_precision), images, dataset.names,
+                    params.model.imgsz).map50_95
+
+
+def median_fps(irs: list[Path], params: Params, work: Path) -> list[float]:
+    """benchmark_app FPS of each IR: `benchmark.repeats` rounds, interleaved, median per IR."""
+    samples: list[list[float]] = [[] for _ in irs]
+    for repeat in range(params.benchmark.repeats):
+        for i, ir in enumerate(irs):
+            run = run_benchmark_app(ir, params.baseline.inference_precision, params.benchmark,
+                                    work / f"bench_{i}_{repeat}", params.model.imgsz)
+            samples[i].append(run["fps"])
+    return [statistics.median(s) for s in samples]
 
 
 def main() -> None:
@@ -130,17 +141,14 @@ def main() -> None:
                             ("nncf accuracy control 0.01", run_accuracy_control)):
             ir, seconds = build(params, work)
             rows.append((name, ir, seconds))
+        maps = [map50_95(ir, params) for _, ir, _ in rows]
+        fps = median_fps([ir for _, ir, _ in rows], params, work)
         print(f"\n{params.model.weights} at imgsz {params.model.imgsz}; mAP50-95 by qgate's evaluator on "
-              f"'{params.baseline.split}', FPS by benchmark_app ({params.benchmark.hint}, "
-              f"{params.benchmark.seconds} s, {params.baseline.inference_precision})")
+              f"'{params.baseline.split}'; FPS: benchmark_app {params.benchmark.hint}, {params.benchmark.seconds} s, "
+              f"{params.baseline.inference_precision}, median of {params.benchmark.repeats} interleaved runs")
         print(f"{'model':<30}{'mAP50-95':>10}{'drop':>9}{'FPS':>9}{'vs FP32':>9}{'build s':>9}")
-        reference_map = reference_fps = None
-        for name, ir, seconds in rows:
-            map50_95, fps = measure(ir, params, work, name.split()[0])
-            reference_map = reference_map if reference_map is not None else map50_95
-            reference_fps = reference_fps or fps
-            print(f"{name:<30}{map50_95:>10.4f}{reference_map - map50_95:>9.4f}{fps:>9.1f}"
-                  f"{fps / reference_fps:>8.2f}x{seconds:>9.1f}")
+        for (name, _, seconds), value, speed in zip(rows, maps, fps):
+            print(f"{name:<30}{value:>10.4f}{maps[0] - value:>9.4f}{speed:>9.1f}{speed / fps[0]:>8.2f}x{seconds:>9.1f}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import numpy as np
 import yaml
 
 from qgate.errors import QgateError
+from qgate.io import read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +32,7 @@ class Dataset:
 def load_dataset(yaml_path: str | Path) -> Dataset:
     """Parse an Ultralytics dataset yaml; `path` resolves against the yaml's folder, then the cwd."""
     yaml_path = Path(yaml_path)
-    if not yaml_path.is_file():
-        raise QgateError(f"{yaml_path}: dataset yaml not found; set model.dataset in params.yaml")
-    try:
-        spec = yaml.safe_load(yaml_path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise QgateError(f"{yaml_path}: not valid YAML; fix its syntax") from exc
+    spec = read_yaml(yaml_path, "dataset yaml not found; set model.dataset in params.yaml")
     names = spec.get("names")
     if isinstance(names, dict):
         names = [names[k] for k in sorted(names)]

@@ -11,6 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import yaml
+
+from qgate.errors import QgateError
+
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
@@ -60,3 +64,14 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def read_yaml(path: str | Path, missing: str) -> Any:
+    """Parse a YAML file; QgateError naming the file when it is absent (`missing` says what to do) or broken."""
+    path = Path(path)
+    if not path.is_file():
+        raise QgateError(f"{path}: {missing}")
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise QgateError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix its syntax") from exc

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from qgate.errors import QgateError
+from qgate.io import read_yaml
 
 DEFAULT_PARAMS = Path("params.yaml")
 INFERENCE_PRECISIONS = ("f32", "bf16", "f16")
@@ -147,12 +146,7 @@ class Params:
 def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
     """Read and validate params.yaml; raise QgateError naming the file and the offending key."""
     path = Path(path)
-    if not path.is_file():
-        raise QgateError(f"{path}: params file not found; run from the project root or pass --params")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise QgateError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix the syntax") from exc
+    raw = read_yaml(path, "params file not found; run from the project root or pass --params")
     if not isinstance(raw, dict):
         raise QgateError(f"{path}: expected a mapping of sections at the top level")
     params = _build(Params, raw, path, prefix="")

@@ -32,6 +32,18 @@ def error_line(result: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else ""
 
 
+def assert_fails_cleanly(name: str, project: Path, fragments: list[str], output: str) -> str:
+    """Run stage `name`: exit 2, one error line holding every fragment, no traceback, no `output` file."""
+    result = stage(name, project)
+    assert result.returncode == 2, result.stderr
+    line = error_line(result)
+    for fragment in fragments:
+        assert fragment in line, line
+    assert "Traceback" not in result.stderr
+    assert not (project / output).exists()
+    return line
+
+
 def make_dataset(root: Path, images: int = 6, seed: int = 0) -> Path:
     """A small synthetic dataset with a val split under `root`; returns its yaml."""
     import cv2

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from qgate.io import sha256_file
-from tests.conftest import error_line, make_dataset, stage, write_params
+from tests.conftest import assert_fails_cleanly, make_dataset, write_params
 
 
 def test_export_writes_fp32_ir_and_record(exported_project, tiny_weights):
@@ -35,33 +35,28 @@ def _project(tmp_path, weights):
     return tmp_path
 
 
-def _assert_failed_cleanly(result, project, *fragments):
-    assert result.returncode == 2, result.stderr
-    line = error_line(result)
-    for fragment in fragments:
-        assert fragment in line
-    assert "Traceback" not in result.stderr
-    assert not (project / "metrics" / "export_record.json").exists()
+def _assert_failed_cleanly(project, *fragments):
+    assert_fails_cleanly("export", project, list(fragments), "metrics/export_record.json")
     assert not (project / "models" / "export").exists()
 
 
 def test_missing_weights(tmp_path):
     project = _project(tmp_path, tmp_path / "absent.pt")
-    _assert_failed_cleanly(stage("export", project), project, "absent.pt: weights not found", "model.weights")
+    _assert_failed_cleanly(project, "absent.pt: weights not found", "model.weights")
 
 
 def test_corrupt_weights(tmp_path):
     bad = tmp_path / "corrupt.pt"
     bad.write_bytes(b"PK\x03\x04 this is not a checkpoint")
     project = _project(tmp_path, bad)
-    _assert_failed_cleanly(stage("export", project), project, "corrupt.pt: not a readable Ultralytics checkpoint")
+    _assert_failed_cleanly(project, "corrupt.pt: not a readable Ultralytics checkpoint")
 
 
 def test_plain_state_dict_is_not_a_detector(tmp_path):
     foreign = tmp_path / "foreign.pt"
     torch.save({"weight": torch.zeros(3)}, foreign)
     project = _project(tmp_path, foreign)
-    _assert_failed_cleanly(stage("export", project), project, "foreign.pt", "YOLO detection .pt")
+    _assert_failed_cleanly(project, "foreign.pt", "YOLO detection .pt")
 
 
 @pytest.fixture(scope="module")
@@ -75,4 +70,4 @@ def classifier_weights(tmp_path_factory):
 
 def test_classification_model_is_refused(tmp_path, classifier_weights):
     project = _project(tmp_path, classifier_weights)
-    _assert_failed_cleanly(stage("export", project), project, "is a 'classify' model, not a detection model")
+    _assert_failed_cleanly(project, "is a 'classify' model, not a detection model")
