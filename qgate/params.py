@@ -131,6 +131,23 @@ class BenchmarkParams:
 
 
 @dataclass(frozen=True)
+class DivergenceParams:
+    """`divergence:` per-layer FP32 vs INT8 comparison on a few images."""
+
+    images: int
+    bad_cases: int
+    seed: int
+    sqnr_floor_db: float
+    local_drop_db: float
+    concat_range_ratio: float
+    top_k: int
+    csv: str
+    table: str
+    plot: str
+    metrics: str
+
+
+@dataclass(frozen=True)
 class Params:
     """All sections of params.yaml."""
 
@@ -141,6 +158,7 @@ class Params:
     quantize: QuantizeParams
     int8_eval: Int8EvalParams
     benchmark: BenchmarkParams
+    divergence: DivergenceParams
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
@@ -208,6 +226,8 @@ def _check_values(params: Params, path: Path) -> None:
     for key in ("subset_size",):
         if getattr(params.quantize, key) < 1:
             raise QgateError(f"{path}: 'quantize.{key}' must be >= 1")
+    if params.divergence.images < 1 or params.divergence.bad_cases < 0:
+        raise QgateError(f"{path}: 'divergence.images' must be >= 1 and 'divergence.bad_cases' >= 0")
     if params.benchmark.seconds <= 0 or params.benchmark.repeats < 1 or params.benchmark.batch < 1:
         raise QgateError(f"{path}: 'benchmark.seconds' must be > 0, 'repeats' and 'batch' >= 1; "
                          f"got {params.benchmark.seconds}, {params.benchmark.repeats}, {params.benchmark.batch}")

@@ -56,7 +56,7 @@ def precision_table(model: ov.Model, ignored: dict[str, str]) -> list[dict]:
         producers = [op.input_value(i).get_node() for i in range(op.get_input_size())]
         activation_fqs = [fq for i, p in enumerate(producers) if not (weighted and i == 1)
                           for fq in upstream_quantizers(p)]
-        weight_fq = _weight_quantizer(producers[1]) if weighted else None
+        weight_fq = weight_quantizer(producers[1]) if weighted else None
         elementwise_with_constant = kind in ACTIVATION_TYPES and any(
             p.get_type_name() == "Constant" for p in producers)  # bias / scale: fused, never quantized
         if not (weighted or activation_fqs or name in ignored
@@ -91,7 +91,7 @@ def upstream_quantizers(node) -> list:
     return [fq for fqs in found for fq in fqs] if all(found) else []
 
 
-def _weight_quantizer(node):
+def weight_quantizer(node):
     """The weight decompression (int8 Constant -> Convert -> Multiply) or FakeQuantize feeding a weighted op."""
     while node.get_type_name() in {"Multiply", "Subtract", "Convert", "Reshape", "FakeQuantize"}:
         if node.get_type_name() == "FakeQuantize" or "fq_weights" in node.get_friendly_name():

@@ -86,11 +86,14 @@ def tiny_weights(tmp_path_factory) -> Path:
     offline.ultralytics_settings_off()
     from ultralytics import YOLO
 
+    import torch
+
     folder = tmp_path_factory.mktemp("tiny")
     cfg = yaml.safe_load((Path(__import__("ultralytics").__file__).parent / "cfg/models/v8/yolov8.yaml").read_text())
-    cfg.update(nc=len(DEMO_CLASSES), scale="n")
-    (folder / "tiny.yaml").write_text(yaml.safe_dump(cfg))
-    model = YOLO(str(folder / "tiny.yaml"), task="detect")
+    cfg["nc"] = len(DEMO_CLASSES)
+    (folder / "yolov8n.yaml").write_text(yaml.safe_dump(cfg))  # Ultralytics reads the scale from the file name
+    torch.manual_seed(0)  # the same random weights every run
+    model = YOLO(str(folder / "yolov8n.yaml"), task="detect")
     model.model.names = dict(enumerate(DEMO_CLASSES))
     model.save(str(folder / "tiny.pt"))
     return folder / "tiny.pt"

@@ -56,3 +56,16 @@ def test_second_repro_runs_nothing(repro):
     again = _dvc("repro")
     assert again.returncode == 0, again.stderr
     assert "Running stage" not in again.stdout, again.stdout
+
+
+def test_changing_a_benchmark_param_stales_only_benchmark(repro):
+    params_file = ROOT / "params.yaml"
+    original = params_file.read_text()
+    try:
+        params_file.write_text(original.replace("  seconds: 10\n", "  seconds: 11\n", 1))
+        assert params_file.read_text() != original, "benchmark.seconds not found in params.yaml"
+        status = _dvc("status", "--json")
+    finally:
+        params_file.write_text(original)
+    assert status.returncode == 0, status.stderr
+    assert list(json.loads(status.stdout)) == ["benchmark"], status.stdout

@@ -27,7 +27,9 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def ours(tmp_path_factory) -> tuple[dict, Path]:
     project = tmp_path_factory.mktemp("reference")
-    write_params(project, REFERENCE / "models" / "yolov8n.pt", REFERENCE / "data" / "coco128.yaml", imgsz=640)
+    # COCO128 has no calibration split: calibrate on train, which is also val, and say so.
+    write_params(project, REFERENCE / "models" / "yolov8n.pt", REFERENCE / "data" / "coco128.yaml", imgsz=640,
+                 quantize__calibration_split="train", quantize__allow_val_calibration=True)
     for name in ("export", "baseline"):
         result = stage(name, project)
         assert result.returncode == 0, result.stderr
@@ -76,3 +78,18 @@ def test_reference_map_matches_ultralytics(ours, ultralytics_val):
           f"ultralytics box.map {result.box.map:.4f}")
     assert abs(metrics["map50_95"] - theirs_pycocotools) <= 0.005, (metrics["map50_95"], theirs_pycocotools)
     assert abs(metrics["map50_95"] - result.box.map) <= 0.01, (metrics["map50_95"], result.box.map)
+
+
+def test_reference_quantize_and_int8_drop(ours):
+    baseline, project = ours
+    for name in ("quantize", "int8_eval"):
+        result = stage(name, project)
+        assert result.returncode == 0, result.stderr
+    quantize = json.loads((project / "metrics" / "quantize.json").read_text())
+    int8 = json.loads((project / "metrics" / "int8.json").read_text())
+    print(f"reference INT8: mAP50-95 {int8['map50_95']:.4f}, drop {int8['map50_95_drop']:+.4f} "
+          f"(calibrated on the evaluated images: {bool(quantize['calibration_overlaps_val'])})")
+    assert quantize["calibration_overlaps_val"] == 1 and quantize["calibration_images"] == 128
+    assert quantize["fake_quantize_count"] > 0
+    assert int8["map50_95_drop"] == pytest.approx(baseline["map50_95"] - int8["map50_95"], abs=1e-5)
+    assert int8["images"] == 128 and int8["inference_precision"] == "f32"

@@ -1,0 +1,197 @@
+"""FP32 + INT8 IRs on N images -> per-layer divergence table, first divergent layer, clip/round split, advice."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+from tqdm import tqdm
+
+from qgate.cli import run_stage
+from qgate.dataset import split_images
+from qgate.divergence import (SQNR_CAP_DB, LayerStats, activation_quantizers, instrument, match_layers, producers,
+                              sqnr_db)
+from qgate.errors import QgateError
+from qgate.evaluator import letterbox, load_image, to_tensor
+from qgate.io import write_csv, write_json, write_text
+from qgate.params import Params
+from qgate.pipeline import export_record, fp32_ir, int8_ir, model_dataset
+from qgate.precision import WEIGHTED_TYPES, upstream_quantizers, weight_quantizer
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ["index", "name", "port", "type", "sqnr_db", "local_drop_db", "worst_input", "inherits_error", "cosine", "mse", "l1",
+           "max_abs_err", "fp32_min", "fp32_max", "fp32_mean", "int8_min", "int8_max", "int8_mean", "nan_inf",
+           "inputs_quantized", "weights_int8", "clip_fraction", "clip_error_share", "round_error_share", "advice"]
+
+
+def main(params: Params) -> dict:
+    """Capture every layer of both IRs on the chosen images, streaming; write the table, plot data and metrics."""
+    cfg = params.divergence
+    for output in (cfg.metrics, cfg.csv, cfg.table, cfg.plot):
+        Path(output).unlink(missing_ok=True)
+    record = export_record(params)
+    if not int8_ir(params).is_file():
+        raise QgateError(f"{int8_ir(params)}: INT8 IR is missing; run `dvc repro quantize`")
+    core = ov.Core()
+    fp32, int8 = core.read_model(fp32_ir(params)), core.read_model(int8_ir(params))
+    keys = match_layers(fp32, int8, str(fp32_ir(params)), str(int8_ir(params)))
+    images = choose_images(params, record)
+    log.info("[1/2] divergence: %d layers, %d images", len(keys), len(images))
+    stats, quantizers, output_stats, instrumentation = _capture(params, core, fp32, int8, keys, images)
+    log.info("[2/2] divergence: ranking layers")
+    rows = layer_rows(fp32, int8, keys, stats, quantizers, cfg.concat_range_ratio)
+    first = first_divergent(rows, cfg.local_drop_db)
+    metrics = {
+        "output_sqnr_db": output_stats.row()["sqnr_db"],
+        "min_layer_sqnr_db": min(r["sqnr_db"] for r in rows),
+        "first_divergent_layer": first["name"] if first else "",
+        "first_divergent_local_drop_db": first["local_drop_db"] if first else 0.0,
+        "layers_below_sqnr_floor": sum(r["sqnr_db"] < cfg.sqnr_floor_db for r in rows),
+        "nan_inf_layers": sum(r["nan_inf"] > 0 for r in rows),
+        "instrumentation_sqnr_db": round(instrumentation, 3),
+        "layers": len(rows),
+        "images": len(images),
+        "model_sha256": record["model_sha256"],
+    }
+    write_csv(cfg.csv, rows, COLUMNS)
+    write_csv(cfg.plot, [{"index": r["index"], "sqnr_db": r["sqnr_db"]} for r in rows], ["index", "sqnr_db"])
+    write_text(cfg.table, markdown_table(rows, first, cfg.top_k, metrics))
+    write_json(cfg.metrics, metrics)
+    return metrics
+
+
+def choose_images(params: Params, record: dict) -> list[Path]:
+    """The worst bad cases from int8_eval, then a seeded random sample of the rest, `divergence.images` in all."""
+    cfg = params.divergence
+    images = split_images(model_dataset(params, record), params.baseline.split)
+    if cfg.images > len(images):
+        log.warning("divergence.images %d > %d images in '%s': using all of them", cfg.images, len(images),
+                    params.baseline.split)
+    count = min(cfg.images, len(images))
+    by_name = {p.name: p for p in images}
+    chosen = []
+    if Path(params.int8_eval.bad_cases).is_file():
+        with open(params.int8_eval.bad_cases) as handle:
+            worst = [row["file_name"] for row in csv.DictReader(handle)][: min(cfg.bad_cases, count)]
+        chosen = [by_name[name] for name in worst if name in by_name]
+    rest = [p for p in images if p not in chosen]
+    order = np.random.default_rng(cfg.seed).permutation(len(rest))[: count - len(chosen)]
+    return chosen + [rest[i] for i in sorted(order)]
+
+
+def _capture(params: Params, core: ov.Core, fp32: ov.Model, int8: ov.Model, keys: list, images: list[Path]):
+    config = {"INFERENCE_PRECISION_HINT": params.baseline.inference_precision}
+    n_outputs = len(fp32.get_results())
+    fp32_c = core.compile_model(instrument(fp32, keys), "CPU", config)
+    int8_c = core.compile_model(instrument(int8, keys), "CPU", config)
+    plain_c = core.compile_model(int8, "CPU", config)
+    stats = {key: LayerStats() for key in keys}
+    position = {key: n_outputs + i for i, key in enumerate(keys)}
+    quantizers = activation_quantizers(int8)
+    output_stats, instrumentation_sq = LayerStats(), [0.0, 0.0]
+    for path in tqdm(images, desc="divergence", unit="img", leave=False):
+        tensor = to_tensor(letterbox(load_image(path, params.model.imgsz)[0], params.model.imgsz)[0])
+        # share_outputs: views of the requests' own buffers; copies would double the peak memory at 640 px
+        ref = fp32_c(tensor, share_outputs=True).to_tuple()
+        test = int8_c(tensor, share_outputs=True).to_tuple()
+        plain = plain_c(tensor, share_outputs=True).to_tuple()
+        for key in keys:
+            stats[key].update(ref[position[key]], test[position[key]])
+        for key, quantizer in quantizers.items():
+            if key in position:
+                quantizer.update(ref[position[key]])
+        output_stats.update(ref[0], plain[0])
+        difference = test[0].astype(np.float64) - plain[0]
+        instrumentation_sq[0] += float((plain[0].astype(np.float64) ** 2).sum())
+        instrumentation_sq[1] += float((difference ** 2).sum())
+    return stats, quantizers, output_stats, sqnr_db(*instrumentation_sq)
+
+
+def layer_rows(fp32: ov.Model, int8: ov.Model, keys: list, stats: dict, quantizers: dict,
+               concat_ratio: float) -> list[dict]:
+    """One row per layer in topological order with local drop, quantization facts and advice."""
+    inputs_of = producers(fp32)
+    int8_ops = {op.get_friendly_name(): op for op in int8.get_ordered_ops()}
+    by_name = {q.name: q for q in quantizers.values()}
+    computed = {key: stats[key].row() for key in keys}
+    rows = []
+    for index, key in enumerate(keys):
+        name, port = key
+        row = {"index": index, "name": name, "port": port, "type": int8_ops[name].get_type_name(), **computed[key]}
+        sources = [k for k in inputs_of.get(name, []) if k in computed or k[0] not in int8_ops]
+        worst = min(sources, key=lambda k: computed[k]["sqnr_db"] if k in computed else 1e9, default=None)
+        inherited = computed[worst]["sqnr_db"] if worst in computed else 100.0
+        row["local_drop_db"] = round(inherited - row["sqnr_db"], 3)
+        row["inherits_error"] = int(inherited < SQNR_CAP_DB)
+        row["worst_input"] = worst[0] if worst in computed else ""
+        op = int8_ops[name]
+        fqs = [by_name[fq.get_friendly_name()] for fq in _input_quantizers(op) if fq.get_friendly_name() in by_name]
+        row["inputs_quantized"] = int(bool(fqs))
+        row["weights_int8"] = int(op.get_type_name() in WEIGHTED_TYPES and weight_quantizer(
+            op.input_value(1).get_node()) is not None)
+        worst_fq = max((q.row() for q in fqs), key=lambda r: r["clip_fraction"], default=None)
+        row.update({k: round(worst_fq[k], 6) if worst_fq else "" for k in
+                    ("clip_fraction", "clip_error_share", "round_error_share")})
+        input_ranges = [computed[k]["fp32_max"] - computed[k]["fp32_min"] for k in sources if k in computed]
+        row["advice"] = advice(row, input_ranges, concat_ratio)
+        rows.append(row)
+    return rows
+
+
+def _input_quantizers(op) -> list:
+    weighted = op.get_type_name() in WEIGHTED_TYPES
+    return [fq for i in range(op.get_input_size()) if not (weighted and i == 1)
+            for fq in upstream_quantizers(op.input_value(i).get_node())]
+
+
+def first_divergent(rows: list[dict], threshold_db: float) -> dict | None:
+    """First layer, in topological order, that loses more than `threshold_db` of SQNR against its worst input.
+
+    Layers whose inputs are still exact (the network input) are skipped: there quantization merely
+    begins, and any drop from an error-free input is large.
+    """
+    return next((r for r in rows if r["inherits_error"] and r["local_drop_db"] > threshold_db), None)
+
+
+def advice(row: dict, input_ranges: list[float], concat_ratio: float) -> str:
+    """Rule-based hints (README: 'Reading the divergence table'); empty means nothing flagged, not 'fine'."""
+    hints = []
+    if row["nan_inf"]:
+        hints.append("NaN/Inf in INT8: keep this layer in float and check the FakeQuantize ranges feeding it")
+    if row["clip_error_share"] != "" and row["local_drop_db"] > 0:
+        if row["clip_error_share"] > 0.5:
+            hints.append(f"clipping-dominated ({row['clip_fraction']:.2%} of inputs clipped): use a wider range "
+                         "estimator (e.g. MINMAX) or keep in float")
+        elif row["round_error_share"] > 0.5 and row["fp32_max"] - row["fp32_min"] > 0:
+            hints.append("rounding-dominated: the range is wide for most values (outliers?); try per-channel "
+                         "activations or keep in float")
+    positive = [r for r in input_ranges if r > 0]
+    if row["type"] == "Concat" and len(positive) > 1 and max(positive) / min(positive) > concat_ratio:
+        hints.append(f"concat of inputs whose ranges differ {max(positive) / min(positive):.0f}x: one shared "
+                     "scale wastes the small inputs' bits")
+    if not row["inputs_quantized"] and not row["weights_int8"] and row["local_drop_db"] <= 0 \
+            and row["sqnr_db"] < 30:
+        hints.append(f"kept in float but inherits error from {row['worst_input'] or 'its inputs'}")
+    return "; ".join(hints)
+
+
+def markdown_table(rows: list[dict], first: dict | None, top_k: int, metrics: dict) -> str:
+    """The top-k layers by local SQNR drop as a Markdown table, with the first divergent layer on top."""
+    lines = [f"Output SQNR {metrics['output_sqnr_db']:.1f} dB over {metrics['images']} images; "
+             f"first divergent layer: `{first['name']}`" if first else "no layer passes the local-drop threshold",
+             "", "Top layers by local SQNR drop (error introduced at the layer, not carried in):", "",
+             "| # | layer | type | SQNR dB | local drop dB | clipped | advice |", "|---|---|---|---|---|---|---|"]
+    ranked = sorted((r for r in rows if r["inherits_error"]), key=lambda r: -r["local_drop_db"])
+    for row in ranked[:top_k]:
+        clipped = f"{row['clip_fraction']:.2%}" if row["clip_fraction"] != "" else ""
+        lines.append(f"| {row['index']} | `{row['name']}` | {row['type']} | {row['sqnr_db']:.1f} | "
+                     f"{row['local_drop_db']:.1f} | {clipped} | {row['advice']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    run_stage(main, __doc__)

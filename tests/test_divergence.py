@@ -1,0 +1,114 @@
+"""The divergence stage on the tiny quantized model: real capture, a planted fault, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import openvino as ov
+import openvino.opset13 as opset
+import pytest
+
+from tests.conftest import assert_fails_cleanly, copy_project, stage
+
+PLANTED = "/model.1/conv/Conv/WithoutBiases"
+
+
+def _edit_int8(project, edit) -> None:
+    path = project / "models" / "int8" / "model_int8.xml"
+    model = ov.Core().read_model(path)
+    edit(model)
+    ov.save_model(model, path.with_name("edited.xml"), compress_to_fp16=False)
+    path.with_name("edited.xml").replace(path)
+    path.with_name("edited.bin").replace(path.with_suffix(".bin"))
+
+
+def _feeding_quantizer(model, consumer):
+    ops = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
+    node = ops[consumer].input_value(0).get_node()
+    assert node.get_type_name() == "FakeQuantize", node.get_type_name()
+    return node
+
+
+def _scale_range(fq, factor: float) -> None:
+    for port in range(1, 5):  # input_low, input_high, output_low, output_high
+        data = fq.input_value(port).get_node().get_data() * factor
+        fq.input(port).replace_source_output(opset.constant(data.astype(np.float32)).output(0))
+
+
+def _run(project):
+    result = stage("divergence", project)
+    assert result.returncode == 0, result.stderr
+    with open(project / "reports" / "divergence.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    return json.loads((project / "metrics" / "divergence.json").read_text()), rows, result
+
+
+def test_divergence_report(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path, tiny_weights)
+    metrics, rows, _ = _run(project)
+    assert metrics["layers"] == len(rows) > 100
+    assert metrics["images"] == 6  # make_dataset writes 6 val images; default divergence.images is 8: clamped
+    assert metrics["nan_inf_layers"] == 0
+    assert metrics["instrumentation_sqnr_db"] > metrics["output_sqnr_db"] - 40
+    assert [int(r["index"]) for r in rows] == list(range(len(rows)))
+    assert (project / "reports" / "divergence.md").read_text().startswith("Output SQNR")
+    with open(project / "reports" / "divergence_sqnr.csv") as handle:
+        assert len(list(csv.DictReader(handle))) == len(rows)
+
+
+def test_planted_clipping_fault_is_found(tmp_path, quantized_project, tiny_weights):
+    # The untrained tiny model's own worst local drop is ~14 dB: at 20 dB it is healthy, nothing is flagged.
+    healthy = copy_project(quantized_project, tmp_path / "healthy", tiny_weights, divergence__local_drop_db=20)
+    assert _run(healthy)[0]["first_divergent_layer"] == ""
+    project = copy_project(quantized_project, tmp_path / "planted", tiny_weights, divergence__local_drop_db=20)
+    _edit_int8(project, lambda model: _scale_range(_feeding_quantizer(model, PLANTED), 0.05))
+    metrics, rows, _ = _run(project)
+    planted = next(r for r in rows if r["name"] == PLANTED)
+    assert metrics["first_divergent_layer"] == PLANTED, planted
+    assert float(planted["clip_fraction"]) > 0.3
+    assert planted["advice"].startswith("clipping-dominated"), planted["advice"]
+    ranked = sorted((r for r in rows if r["inherits_error"] == "1"), key=lambda r: -float(r["local_drop_db"]))
+    assert ranked[0]["name"] == PLANTED
+
+
+def test_nan_is_reported_not_fatal(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path, tiny_weights)
+
+    def poison(model):
+        fq = _feeding_quantizer(model, PLANTED)
+        high = fq.input_value(4).get_node().get_data()
+        fq.input(4).replace_source_output(opset.constant(np.full_like(high, np.nan)).output(0))
+
+    _edit_int8(project, poison)
+    metrics, rows, _ = _run(project)
+    assert metrics["nan_inf_layers"] > 0
+    flagged = [r for r in rows if int(r["nan_inf"]) > 0]
+    assert flagged and flagged[0]["advice"].startswith("NaN/Inf in INT8")
+
+
+def test_more_images_than_the_split_is_clamped(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path, tiny_weights, divergence__images=50)
+    metrics, _, result = _run(project)
+    assert metrics["images"] == 6
+    assert "divergence.images 50 > 6 images in 'val': using all of them" in result.stderr
+
+
+def test_irs_from_different_exports(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path, tiny_weights)
+
+    def rename(model):
+        for op in model.get_ordered_ops():
+            op.set_friendly_name(f"other_{op.get_friendly_name()}")
+
+    _edit_int8(project, rename)
+    line = assert_fails_cleanly("divergence", project, ["model_int8.xml: only", "layers of", "match by name"],
+                                "metrics/divergence.json")
+    assert "only 0 of" in line
+
+
+@pytest.mark.parametrize("images", [0])
+def test_zero_images_is_a_params_error(tmp_path, quantized_project, tiny_weights, images):
+    project = copy_project(quantized_project, tmp_path, tiny_weights, divergence__images=images)
+    assert_fails_cleanly("divergence", project, ["'divergence.images' must be >= 1"], "metrics/divergence.json")
