@@ -27,6 +27,14 @@ def int8_ir(params: Params) -> Path:
     return Path(params.quantize.out_dir) / INT8_IR_NAME
 
 
+def require_int8_ir(params: Params) -> Path:
+    """The INT8 IR's path; an error saying which stage to run when it is missing."""
+    path = int8_ir(params)
+    if not path.is_file():
+        raise QgateError(f"{path}: INT8 IR is missing; run `dvc repro quantize`")
+    return path
+
+
 def export_record(params: Params) -> dict:
     """The export record, checked against the FP32 IR on disk (a stale or missing one is an error)."""
     record_path, ir_path = Path(params.export.record), fp32_ir(params)

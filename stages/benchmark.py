@@ -15,7 +15,7 @@ from qgate.cli import run_stage
 from qgate.errors import QgateError
 from qgate.io import read_json, write_json
 from qgate.params import BenchmarkParams, Params
-from qgate.pipeline import export_record, fp32_ir, int8_ir
+from qgate.pipeline import export_record, fp32_ir, int8_ir, require_int8_ir
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +25,7 @@ def main(params: Params) -> dict:
     cfg = params.benchmark
     Path(cfg.metrics).unlink(missing_ok=True)
     record = export_record(params)
-    if not int8_ir(params).is_file():
-        raise QgateError(f"{int8_ir(params)}: INT8 IR is missing; run `dvc repro quantize`")
+    require_int8_ir(params)
     devices = ov.Core().available_devices
     if cfg.device not in devices:
         raise QgateError(f"params.yaml: benchmark.device '{cfg.device}' is not available here; "

@@ -14,18 +14,18 @@ from qgate.cli import run_stage
 from qgate.dataset import split_images
 from qgate.divergence import (SQNR_CAP_DB, LayerStats, activation_quantizers, instrument, match_layers, producers,
                               sqnr_db)
-from qgate.errors import QgateError
 from qgate.evaluator import letterbox, load_image, to_tensor
 from qgate.io import write_csv, write_json, write_text
 from qgate.params import Params
-from qgate.pipeline import export_record, fp32_ir, int8_ir, model_dataset
+from qgate.pipeline import export_record, fp32_ir, model_dataset, require_int8_ir
 from qgate.precision import WEIGHTED_TYPES, upstream_quantizers, weight_quantizer
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["index", "name", "port", "type", "sqnr_db", "local_drop_db", "worst_input", "inherits_error", "cosine", "mse", "l1",
-           "max_abs_err", "fp32_min", "fp32_max", "fp32_mean", "int8_min", "int8_max", "int8_mean", "nan_inf",
-           "inputs_quantized", "weights_int8", "clip_fraction", "clip_error_share", "round_error_share", "advice"]
+COLUMNS = ["index", "name", "port", "type", "sqnr_db", "local_drop_db", "worst_input", "inherits_error", "cosine",
+           "mse", "l1", "max_abs_err", "fp32_min", "fp32_max", "fp32_mean", "int8_min", "int8_max", "int8_mean",
+           "nan_inf", "inputs_quantized", "weights_int8", "clip_fraction", "clip_error_share", "round_error_share",
+           "advice"]
 
 
 def main(params: Params) -> dict:
@@ -34,11 +34,10 @@ def main(params: Params) -> dict:
     for output in (cfg.metrics, cfg.csv, cfg.table, cfg.plot):
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
-    if not int8_ir(params).is_file():
-        raise QgateError(f"{int8_ir(params)}: INT8 IR is missing; run `dvc repro quantize`")
+    int8_path = require_int8_ir(params)
     core = ov.Core()
-    fp32, int8 = core.read_model(fp32_ir(params)), core.read_model(int8_ir(params))
-    keys = match_layers(fp32, int8, str(fp32_ir(params)), str(int8_ir(params)))
+    fp32, int8 = core.read_model(fp32_ir(params)), core.read_model(int8_path)
+    keys = match_layers(fp32, int8, str(fp32_ir(params)), str(int8_path))
     images = choose_images(params, record)
     log.info("[1/2] divergence: %d layers, %d images", len(keys), len(images))
     stats, quantizers, output_stats, instrumentation = _capture(params, core, fp32, int8, keys, images)

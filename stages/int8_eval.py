@@ -10,7 +10,7 @@ from qgate.compare import BAD_CASE_COLUMNS, bad_cases
 from qgate.errors import QgateError
 from qgate.io import read_json, sha256_file, write_csv, write_json
 from qgate.params import Params
-from qgate.pipeline import evaluate_ir, export_record, int8_ir
+from qgate.pipeline import evaluate_ir, export_record, require_int8_ir
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +22,7 @@ def main(params: Params) -> dict:
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
     baseline, baseline_detections = _baseline(params, record)
-    ir_path = int8_ir(params)
-    if not ir_path.is_file():
-        raise QgateError(f"{ir_path}: INT8 IR is missing; run `dvc repro quantize`")
+    ir_path = require_int8_ir(params)
     log.info("[1/2] int8_eval: evaluating the INT8 IR")
     result, precision = evaluate_ir(params, ir_path, record)
     log.info("[2/2] int8_eval: ranking images by FP32/INT8 disagreement")
