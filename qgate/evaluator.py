@@ -16,6 +16,7 @@ import openvino as ov
 from tqdm import tqdm
 
 from qgate.dataset import coco_ground_truth
+from qgate.errors import QgateError
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def load_image(path: Path, imgsz: int) -> tuple[np.ndarray, tuple[int, int], tup
     """Read BGR and resize the long side to imgsz like Ultralytics' dataset; return (image, hw0, hw)."""
     image = cv2.imread(str(path))
     if image is None:
-        raise ValueError(f"{path}: unreadable image")
+        raise QgateError(f"{path}: unreadable image; replace it or remove it from the split")
     h0, w0 = image.shape[:2]
     ratio = imgsz / max(h0, w0)
     if ratio != 1:

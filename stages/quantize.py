@@ -91,7 +91,7 @@ def _quantize(model: ov.Model, images: list[Path], params: Params) -> ov.Model:
     def transform(path: Path) -> np.ndarray:
         try:
             return to_tensor(letterbox(load_image(path, imgsz)[0], imgsz)[0])
-        except ValueError as exc:
+        except QgateError as exc:
             raise QgateError(f"{path}: unreadable calibration image; remove it from the split") from exc
 
     scope = cfg.ignored_scope

@@ -55,6 +55,11 @@ def _empty_val(dataset):
     return "'val' split has no images"
 
 
+def _unreadable_image(dataset):
+    sorted((dataset.parent / "images" / "val").iterdir())[0].write_bytes(b"not a jpeg")
+    return "unreadable image; replace it or remove it from the split"
+
+
 def _missing_ir(dataset):
     shutil.rmtree(dataset.parent.parent / "models")
     return "run `dvc repro export`"
@@ -70,6 +75,7 @@ def _missing_ir(dataset):
         pytest.param(_break_yaml_path, ["data.yaml", "does not exist"], id="dataset-path-missing"),
         pytest.param(_empty_val, ["data.yaml"], id="empty-val-split"),
         pytest.param(_missing_ir, ["model_fp32.xml"], id="missing-ir"),
+        pytest.param(_unreadable_image, ["0.jpg"], id="unreadable-image"),
     ],
 )
 def test_bad_input_fails_without_metrics(tmp_path, exported_project, tiny_weights, breaker, fragments):
