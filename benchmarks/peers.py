@@ -32,7 +32,7 @@ offline.configure()
 import openvino as ov  # noqa: E402
 
 from qgate.dataset import load_dataset, split_images, ultralytics_yaml  # noqa: E402
-from qgate.evaluator import compile_model, evaluate, letterbox, load_image, to_tensor  # noqa: E402
+from qgate.evaluator import compile_model, evaluate, image_tensor  # noqa: E402
 from qgate.params import Params, load_params  # noqa: E402
 from qgate.pipeline import fp32_ir  # noqa: E402
 from stages import quantize  # noqa: E402
@@ -86,7 +86,7 @@ def run_accuracy_control(params: Params, work: Path) -> tuple[Path, float]:
     val = split_images(dataset, params.baseline.split)
 
     def transform(path: Path):
-        return to_tensor(letterbox(load_image(path, imgsz)[0], imgsz)[0])
+        return image_tensor(path, imgsz)
 
     def validate(compiled, items) -> tuple[float, None]:  # scores only the images it is given
         return evaluate(compiled, list(items), dataset.names, imgsz).map50_95, None

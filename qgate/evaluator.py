@@ -112,6 +112,11 @@ def to_tensor(image: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(image[:, :, ::-1].transpose(2, 0, 1)[None].astype(np.float32) / 255.0)
 
 
+def image_tensor(path: Path, imgsz: int) -> np.ndarray:
+    """Read, resize and letterbox one image into the float tensor the plain IR takes (calibration, capture)."""
+    return to_tensor(letterbox(load_image(path, imgsz)[0], imgsz)[0])
+
+
 def decode(output: np.ndarray, settings: Postprocess) -> np.ndarray:
     """Raw head output [4+nc, anchors] -> rows (x1, y1, x2, y2, score, class) after class-aware NMS.
 

@@ -14,7 +14,7 @@ from qgate.cli import run_stage
 from qgate.dataset import split_images
 from qgate.divergence import (SQNR_CAP_DB, LayerStats, activation_quantizers, instrument, match_layers, producers,
                               sqnr_db)
-from qgate.evaluator import letterbox, load_image, to_tensor
+from qgate.evaluator import image_tensor
 from qgate.io import write_csv, write_json, write_text
 from qgate.params import Params
 from qgate.pipeline import export_record, fp32_ir, model_dataset, require_int8_ir
@@ -93,7 +93,7 @@ def _capture(params: Params, core: ov.Core, fp32: ov.Model, int8: ov.Model, keys
     quantizers = activation_quantizers(int8)
     output_stats, instrumentation_sq = LayerStats(), [0.0, 0.0]
     for path in tqdm(images, desc="divergence", unit="img", leave=False):
-        tensor = to_tensor(letterbox(load_image(path, params.model.imgsz)[0], params.model.imgsz)[0])
+        tensor = image_tensor(path, params.model.imgsz)
         # share_outputs: views of the requests' own buffers; copies would double the peak memory at 640 px
         ref = fp32_c(tensor, share_outputs=True).to_tuple()
         test = int8_c(tensor, share_outputs=True).to_tuple()

@@ -14,7 +14,7 @@ import openvino as ov
 from qgate.cli import run_stage
 from qgate.dataset import Dataset, split_images
 from qgate.errors import QgateError
-from qgate.evaluator import letterbox, load_image, to_tensor
+from qgate.evaluator import image_tensor
 from qgate.io import sha256_file, write_csv, write_json
 from qgate.params import Params
 from qgate.pipeline import INT8_IR_NAME, export_record, fp32_ir, model_dataset
@@ -90,7 +90,7 @@ def _quantize(model: ov.Model, images: list[Path], params: Params) -> ov.Model:
 
     def transform(path: Path) -> np.ndarray:
         try:
-            return to_tensor(letterbox(load_image(path, imgsz)[0], imgsz)[0])
+            return image_tensor(path, imgsz)
         except QgateError as exc:
             raise QgateError(f"{path}: unreadable calibration image; remove it from the split") from exc
 
