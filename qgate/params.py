@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +102,7 @@ class QuantizeParams:
     ignored_scope: IgnoredScopeParams
     out_dir: str
     precision_table: str
+    record: str
     metrics: str
 
 
@@ -148,6 +150,24 @@ class DivergenceParams:
 
 
 @dataclass(frozen=True)
+class GatesParams:
+    """`gates:` every threshold `make gate` judges the metrics with (null switches an optional gate off)."""
+
+    max_map50_95_drop: float
+    max_map50_95_drop_rel: float | None
+    min_int8_map50_95: float | None
+    max_class_map50_95_drop: float | None
+    max_latency_ms: float | None
+    min_speedup: float
+    min_output_sqnr_db: float
+    max_layers_below_sqnr_floor: int
+    junit: str
+    report_md: str
+    report_html: str
+    report_bad_cases: int
+
+
+@dataclass(frozen=True)
 class Params:
     """All sections of params.yaml."""
 
@@ -159,6 +179,7 @@ class Params:
     int8_eval: Int8EvalParams
     benchmark: BenchmarkParams
     divergence: DivergenceParams
+    gates: GatesParams
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
@@ -191,6 +212,10 @@ def _build(cls: type, raw: Any, path: Path, prefix: str) -> Any:
 
 
 def _coerce(hint: Any, value: Any, path: Path, key: str) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, path, prefix=f"{key}.")
     if typing.get_origin(hint) is tuple:
@@ -228,6 +253,8 @@ def _check_values(params: Params, path: Path) -> None:
             raise QgateError(f"{path}: 'quantize.{key}' must be >= 1")
     if params.divergence.images < 1 or params.divergence.bad_cases < 0:
         raise QgateError(f"{path}: 'divergence.images' must be >= 1 and 'divergence.bad_cases' >= 0")
+    if params.gates.report_bad_cases < 0:
+        raise QgateError(f"{path}: 'gates.report_bad_cases' must be >= 0")
     if params.benchmark.seconds <= 0 or params.benchmark.repeats < 1 or params.benchmark.batch < 1:
         raise QgateError(f"{path}: 'benchmark.seconds' must be > 0, 'repeats' and 'batch' >= 1; "
                          f"got {params.benchmark.seconds}, {params.benchmark.repeats}, {params.benchmark.batch}")

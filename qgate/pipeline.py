@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 from pathlib import Path
 
@@ -15,6 +16,7 @@ log = logging.getLogger(__name__)
 
 FP32_IR_NAME = "model_fp32.xml"
 INT8_IR_NAME = "model_int8.xml"
+INVENTORY_SKIPPED = {"Constant", "Parameter", "Result"}  # renamed or re-created freely by graph passes
 
 
 def fp32_ir(params: Params) -> Path:
@@ -33,6 +35,22 @@ def require_int8_ir(params: Params) -> Path:
     if not path.is_file():
         raise QgateError(f"{path}: INT8 IR is missing; run `dvc repro quantize`")
     return path
+
+
+def int8_ir_sha256(params: Params) -> str:
+    """sha256 of the INT8 IR's weights: ties INT8 metrics to the exact quantized model they measured."""
+    return sha256_file(int8_ir(params).with_suffix(".bin"))
+
+
+def op_inventory(model) -> dict:
+    """Op counts by type and the friendly names of the computing ops (constants aside) of an OpenVINO model."""
+    ops = model.get_ordered_ops()
+    types = collections.Counter(op.get_type_name() for op in ops)
+    return {
+        "ir_op_count": len(ops),
+        "ir_op_types": dict(sorted(types.items())),
+        "ir_op_names": sorted(op.get_friendly_name() for op in ops if op.get_type_name() not in INVENTORY_SKIPPED),
+    }
 
 
 def export_record(params: Params) -> dict:

@@ -15,7 +15,7 @@ from qgate.cli import run_stage
 from qgate.errors import QgateError
 from qgate.io import read_json, write_json
 from qgate.params import BenchmarkParams, Params
-from qgate.pipeline import export_record, fp32_ir, int8_ir, require_int8_ir
+from qgate.pipeline import export_record, fp32_ir, int8_ir, int8_ir_sha256, require_int8_ir
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def _summarize(results: dict, runs: dict, cfg: BenchmarkParams, record: dict, pa
         "bf16_supported": int("bf16" in results), "fp32_size_mb": round(fp32_mb, 3),
         "int8_size_mb": round(int8_mb, 3), "compression_ratio": round(fp32_mb / int8_mb, 3),
         "hint": cfg.hint, "seconds": cfg.seconds, "repeats": cfg.repeats, "batch": cfg.batch,
-        "device": cfg.device, "model_sha256": record["model_sha256"],
+        "device": cfg.device, "model_sha256": record["model_sha256"], "int8_ir_bin_sha256": int8_ir_sha256(params),
     })
     return metrics
 

@@ -17,7 +17,7 @@ from qgate.divergence import (SQNR_CAP_DB, LayerStats, activation_quantizers, in
 from qgate.evaluator import image_tensor
 from qgate.io import write_csv, write_json, write_text
 from qgate.params import Params
-from qgate.pipeline import export_record, fp32_ir, model_dataset, require_int8_ir
+from qgate.pipeline import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
 from qgate.precision import WEIGHTED_TYPES, upstream_quantizers, weight_quantizer
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ def main(params: Params) -> dict:
         "layers": len(rows),
         "images": len(images),
         "model_sha256": record["model_sha256"],
+        "int8_ir_bin_sha256": int8_ir_sha256(params),
     }
     write_csv(cfg.csv, rows, COLUMNS)
     write_csv(cfg.plot, [{"index": r["index"], "sqnr_db": r["sqnr_db"]} for r in rows], ["index", "sqnr_db"])

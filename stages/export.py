@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import logging
 import shutil
 import tempfile
@@ -13,7 +12,7 @@ import openvino as ov
 from qgate.cli import run_stage
 from qgate.io import sha256_file, write_json
 from qgate.params import Params
-from qgate.pipeline import FP32_IR_NAME
+from qgate.pipeline import FP32_IR_NAME, op_inventory
 from qgate.yolo import load_detector, versions
 
 log = logging.getLogger(__name__)
@@ -57,7 +56,6 @@ def _export_onnx(model, params: Params, staging: Path) -> Path:
 
 
 def _record(params: Params, names: dict, ir: ov.Model, folder: Path) -> dict:
-    ops = collections.Counter(op.get_type_name() for op in ir.get_ordered_ops())
     shape = [int(d) for d in ir.inputs[0].get_shape()]
     return {
         "model_sha256": sha256_file(params.model.weights),
@@ -70,8 +68,7 @@ def _record(params: Params, names: dict, ir: ov.Model, folder: Path) -> dict:
         "input_shape": shape,
         "num_classes": len(names),
         "class_names": [names[i] for i in sorted(names)],
-        "ir_op_count": sum(ops.values()),
-        "ir_op_types": dict(sorted(ops.items())),
+        **op_inventory(ir),
         "onnx_size_mb": round((folder / ONNX_NAME).stat().st_size / 2**20, 3),
         "ir_size_mb": round((folder / FP32_IR_NAME).with_suffix(".bin").stat().st_size / 2**20, 3),
         **versions(),

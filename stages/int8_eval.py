@@ -8,9 +8,9 @@ from pathlib import Path
 from qgate.cli import run_stage
 from qgate.compare import BAD_CASE_COLUMNS, bad_cases
 from qgate.errors import QgateError
-from qgate.io import read_json, sha256_file, write_csv, write_json
+from qgate.io import read_json, write_csv, write_json
 from qgate.params import Params
-from qgate.pipeline import evaluate_ir, export_record, require_int8_ir
+from qgate.pipeline import evaluate_ir, export_record, int8_ir_sha256, require_int8_ir
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def main(params: Params) -> dict:
         "mean_disagreement": round(sum(c["disagreement"] for c in cases) / max(len(cases), 1), 5),
         "inference_precision": precision,
         "model_sha256": record["model_sha256"],
-        "int8_ir_bin_sha256": sha256_file(ir_path.with_suffix(".bin")),
+        "int8_ir_bin_sha256": int8_ir_sha256(params),
     }
     write_json(cfg.detections, result.detections)
     write_json(cfg.per_class, result.per_class)

@@ -15,9 +15,9 @@ from qgate.cli import run_stage
 from qgate.dataset import Dataset, split_images
 from qgate.errors import QgateError
 from qgate.evaluator import image_tensor
-from qgate.io import sha256_file, write_csv, write_json
+from qgate.io import write_csv, write_json
 from qgate.params import Params
-from qgate.pipeline import INT8_IR_NAME, export_record, fp32_ir, model_dataset
+from qgate.pipeline import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, model_dataset, op_inventory
 from qgate.precision import PRECISION_COLUMNS, precision_table, scope_matches
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 def main(params: Params) -> dict:
     """Quantize the FP32 IR with the `quantize:` settings; write the INT8 IR, precision table and metrics."""
     cfg = params.quantize
-    for output in (cfg.metrics, cfg.precision_table):
+    for output in (cfg.metrics, cfg.precision_table, cfg.record):
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
     dataset = model_dataset(params, record)
@@ -53,10 +53,23 @@ def main(params: Params) -> dict:
         "int8_ir_size_mb": sizes,
         "preset": cfg.preset,
         "model_sha256": record["model_sha256"],
-        "int8_ir_bin_sha256": sha256_file(Path(cfg.out_dir) / Path(INT8_IR_NAME).with_suffix(".bin")),
+        "int8_ir_bin_sha256": int8_ir_sha256(params),
     }
+    write_json(cfg.record, int8_record(quantized, record, metrics["int8_ir_bin_sha256"]))
     write_json(cfg.metrics, metrics)
     return metrics
+
+
+def int8_record(quantized: ov.Model, record: dict, int8_sha256: str) -> dict:
+    """The INT8 IR's op inventory beside the FP32 one's: which FP32 ops the quantized graph lost, if any."""
+    inventory = op_inventory(quantized)
+    present = set(inventory["ir_op_names"])
+    return {
+        "model_sha256": record["model_sha256"],
+        "int8_ir_bin_sha256": int8_sha256,
+        "fp32_ops_missing": [name for name in record["ir_op_names"] if name not in present],
+        **inventory,
+    }
 
 
 def calibration_images(params: Params, dataset: Dataset) -> list[Path]:
