@@ -17,14 +17,29 @@ EXIT_BAD_INPUT = 2
 
 def run_stage(main: Callable[[Params], dict[str, Any]], description: str) -> None:
     """Parse `--params`, run `main(params)`, print its metrics; exit 2 with one line on bad input."""
+    params_path = _setup(description)
+    try:
+        metrics = main(load_params(params_path))
+    except QgateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    print(json.dumps(metrics, indent=2))
+
+
+def run_tool(main: Callable[[str], int], description: str) -> int:
+    """Run a non-stage tool (gates, report) on the `--params` file; bad input is one line and exit 2."""
+    params_path = _setup(description)
+    try:
+        return main(params_path)
+    except QgateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _setup(description: str) -> str:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--params", default=str(DEFAULT_PARAMS), help="params file (default: params.yaml)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     offline.configure()
-    try:
-        metrics = main(load_params(args.params))
-    except QgateError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-    print(json.dumps(metrics, indent=2))
+    return args.params

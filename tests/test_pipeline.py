@@ -69,3 +69,27 @@ def test_changing_a_benchmark_param_stales_only_benchmark(repro):
         params_file.write_text(original)
     assert status.returncode == 0, status.stderr
     assert list(json.loads(status.stdout)) == ["benchmark"], status.stdout
+
+
+def test_a_tightened_gate_fails_make_gate_and_reruns_no_stage(repro):
+    """The issue's acceptance: `gates.max_map50_95_drop: 0.0` fails, restoring passes, no stage is stale."""
+    params_file = ROOT / "params.yaml"
+    original = params_file.read_text()
+    try:
+        params_file.write_text(original.replace("  max_map50_95_drop: 0.01 ", "  max_map50_95_drop: 0.0 ", 1))
+        assert params_file.read_text() != original, "gates.max_map50_95_drop not found in params.yaml"
+        status = _dvc("status", "--json")
+        tightened = _make("gate")
+    finally:
+        params_file.write_text(original)
+    assert json.loads(status.stdout or "{}") == {}, status.stdout
+    assert tightened.returncode != 0
+    assert "FAILED gates/test_gates.py::test_gate[accuracy_map50_95_drop]" in tightened.stdout
+    assert "Running stage" not in tightened.stdout
+    restored = _make("gate")
+    assert restored.returncode == 0, restored.stdout[-3000:]
+    assert "PASS: all" in restored.stdout and "Running stage" not in restored.stdout
+
+
+def _make(target: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", target], cwd=ROOT, capture_output=True, text=True, timeout=1800)

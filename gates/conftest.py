@@ -1,0 +1,32 @@
+"""Gate collection: one test per active gate of params.yaml's `gates:` section (`--params` picks the file)."""
+
+from __future__ import annotations
+
+import pytest
+
+from qgate.errors import QgateError
+from qgate.gates import Metrics, active_gates
+from qgate.params import DEFAULT_PARAMS, Params, load_params
+
+
+def pytest_addoption(parser):
+    parser.addoption("--params", default=str(DEFAULT_PARAMS), help="params file with the gates: section")
+
+
+def _params(config) -> Params:
+    try:
+        return load_params(config.getoption("--params"))
+    except QgateError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+
+
+def pytest_generate_tests(metafunc):
+    if "gate" in metafunc.fixturenames:
+        gates = active_gates(_params(metafunc.config))
+        metafunc.parametrize("gate", [pytest.param(gate, id=gate.name) for gate in gates])
+
+
+@pytest.fixture(scope="session")
+def metrics(request) -> Metrics:
+    """The metrics files, read once for all gates."""
+    return Metrics(_params(request.config))

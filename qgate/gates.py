@@ -1,0 +1,294 @@
+"""Gate verdicts: the pipeline's metrics files judged against the `gates:` thresholds of params.yaml."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from qgate.io import sha256_file
+from qgate.params import Params
+
+
+class MetricsUnavailable(Exception):
+    """A metrics file a gate needs is missing, unreadable, incomplete or from another model."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One gate's outcome: what was measured, against which limit, and what to look at when it fails."""
+
+    gate: str
+    metric: str
+    value: str
+    limit: str
+    passed: bool
+    message: str
+
+
+class Metrics:
+    """The stages' output files, each read once; every access checks the file is there, parses and is current."""
+
+    def __init__(self, params: Params):
+        self.params = params
+        self._files: dict[str, Any] = {}
+        self._producers = {
+            params.export.record: "export", params.baseline.metrics: "baseline",
+            params.baseline.per_class: "baseline", params.quantize.metrics: "quantize",
+            params.quantize.record: "quantize", params.quantize.precision_table: "quantize",
+            params.int8_eval.metrics: "int8_eval", params.int8_eval.per_class: "int8_eval",
+            params.benchmark.metrics: "benchmark", params.divergence.metrics: "divergence",
+            params.divergence.csv: "divergence",
+        }
+
+    def rerun(self, path: str) -> str:
+        """The command that rewrites `path`."""
+        return f"`dvc repro {self._producers[path]}` (or `make gate`)"
+
+    def read(self, path: str) -> Any:
+        """The parsed file (JSON, or CSV rows); MetricsUnavailable saying which stage to run when it is not usable."""
+        if path not in self._files:
+            self._files[path] = self._load(path)
+        return self._files[path]
+
+    def value(self, path: str, key: str) -> Any:
+        """One key of a JSON metrics file, which must be current: its model hashes are the export's and quantize's."""
+        data = self.read(path)
+        if not isinstance(data, dict) or key not in data:
+            raise MetricsUnavailable(f"{path} has no '{key}' (written by an older qgate?); re-run {self.rerun(path)}")
+        self._check_current(path, data)
+        return data[key]
+
+    def number(self, path: str, key: str) -> float:
+        """A numeric metric; NaN or a non-number is unusable."""
+        value = self.value(path, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise MetricsUnavailable(f"{path}: '{key}' is {value!r}, not a number; re-run {self.rerun(path)}")
+        return float(value)
+
+    def _load(self, path: str) -> Any:
+        file = Path(path)
+        if not file.is_file():
+            raise MetricsUnavailable(f"{path} is missing; run {self.rerun(path)}")
+        try:
+            if file.suffix == ".csv":
+                with open(file, newline="") as handle:
+                    return list(csv.DictReader(handle))
+            return json.loads(file.read_text())
+        except (OSError, ValueError, csv.Error) as exc:
+            raise MetricsUnavailable(f"{path} is unreadable ({exc.__class__.__name__}); "
+                                     f"re-run {self.rerun(path)}") from exc
+
+    def _check_current(self, path: str, data: dict) -> None:
+        record_path, quantize_path = self.params.export.record, self.params.quantize.metrics
+        if path != record_path and "model_sha256" in data:
+            expected = self.value(record_path, "model_sha256")
+            if data["model_sha256"] != expected:
+                raise MetricsUnavailable(
+                    f"{path} is stale: measured on model {str(data['model_sha256'])[:12]}, but {record_path} is "
+                    f"model {str(expected)[:12]}; re-run {self.rerun(path)}")
+        if path != quantize_path and "int8_ir_bin_sha256" in data:
+            expected = self.value(quantize_path, "int8_ir_bin_sha256")
+            if data["int8_ir_bin_sha256"] != expected:
+                raise MetricsUnavailable(
+                    f"{path} is stale: measured on INT8 IR {str(data['int8_ir_bin_sha256'])[:12]}, but "
+                    f"{quantize_path} wrote {str(expected)[:12]}; re-run {self.rerun(path)}")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A named check: `judge` turns the metrics into a Verdict; `limit` is its threshold (None = gate off)."""
+
+    name: str
+    metric: str
+    limit: Any
+    judge: Callable[["Metrics", Any], tuple[Any, bool, str]]
+
+
+def gates(params: Params) -> list[Gate]:
+    """Every gate, in report order; optional ones whose threshold is null have `limit` None."""
+    g = params.gates
+    return [
+        Gate("accuracy_map50_95_drop", "map50_95_drop", g.max_map50_95_drop, _map_drop),
+        Gate("accuracy_map50_95_drop_rel", "map50_95_drop_rel", g.max_map50_95_drop_rel, _map_drop_rel),
+        Gate("accuracy_int8_map50_95_floor", "int8 map50_95", g.min_int8_map50_95, _map_floor),
+        Gate("accuracy_per_class_drop", "worst class map50_95 drop", g.max_class_map50_95_drop, _class_drop),
+        Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, _latency),
+        Gate("speed_speedup", "speedup_fps", g.min_speedup, _speedup),
+        Gate("drift_output_sqnr", "output_sqnr_db", g.min_output_sqnr_db, _output_sqnr),
+        Gate("drift_nan_inf", "nan_inf_layers", 0, _nan_inf),
+        Gate("drift_layers_below_floor", "layers_below_sqnr_floor", g.max_layers_below_sqnr_floor, _layers_below),
+        Gate("structure_op_inventory", "fp32 ops missing from int8", 0, _inventory),
+        Gate("structure_quantized", "fake_quantize_count", 1, _quantized),
+        Gate("structure_ignored_scope_float", "ignored ops not float", 0, _ignored_float),
+        Gate("provenance_same_model", "files from another model", 0, _provenance),
+    ]
+
+
+def active_gates(params: Params) -> list[Gate]:
+    """The gates that judge this run (optional gates with a null threshold are off)."""
+    return [gate for gate in gates(params) if gate.limit is not None]
+
+
+def judge(gate: Gate, metrics: Metrics) -> Verdict:
+    """Run one gate; an unusable metrics file is a failed verdict whose message says what to run."""
+    try:
+        value, passed, hint = gate.judge(metrics, gate.limit)
+    except MetricsUnavailable as exc:
+        return Verdict(gate.name, gate.metric, "unavailable", _fmt(gate.limit), False, f"{gate.name}: {exc}")
+    relation = "within" if passed else "violates"
+    message = f"{gate.name}: {gate.metric} = {_fmt(value)} {relation} limit {_limit_text(gate)}"
+    if not passed:
+        message += f". Look at: {hint}"
+    return Verdict(gate.name, gate.metric, _fmt(value), _limit_text(gate), passed, message)
+
+
+def judge_all(params: Params) -> list[Verdict]:
+    """Verdicts of every active gate, sharing one read of each metrics file."""
+    metrics = Metrics(params)
+    return [judge(gate, metrics) for gate in active_gates(params)]
+
+
+_MAX_LIMIT = {"speed_speedup": False, "drift_output_sqnr": False, "accuracy_int8_map50_95_floor": False,
+              "structure_quantized": False}
+
+
+def _limit_text(gate: Gate) -> str:
+    return ("<= " if _MAX_LIMIT.get(gate.name, True) else ">= ") + _fmt(gate.limit)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _accuracy_hint(m: Metrics) -> str:
+    bad_cases = m.params.int8_eval.bad_cases
+    try:
+        layer = m.value(m.params.divergence.metrics, "first_divergent_layer")
+    except MetricsUnavailable:
+        return f"the images in {bad_cases}"
+    return f"{_layer_hint(m, layer)}; the images in {bad_cases}"
+
+
+def _layer_hint(m: Metrics, layer: str) -> str:
+    if not layer:
+        return f"no layer crossed divergence.local_drop_db; the lowest-SQNR rows of {m.params.divergence.csv}"
+    advice = ""
+    try:
+        rows = m.read(m.params.divergence.csv)
+        advice = next((row.get("advice", "") for row in rows if row.get("name") == layer and row.get("advice")), "")
+    except MetricsUnavailable:
+        pass
+    return f"first divergent layer {layer}" + (f" ({advice})" if advice else "")
+
+
+def _map_drop(m: Metrics, limit: float):
+    drop = m.number(m.params.int8_eval.metrics, "map50_95_drop")
+    return drop, drop <= limit, _accuracy_hint(m)
+
+
+def _map_drop_rel(m: Metrics, limit: float):
+    drop = m.number(m.params.int8_eval.metrics, "map50_95_drop_rel")
+    return drop, drop <= limit, _accuracy_hint(m)
+
+
+def _map_floor(m: Metrics, limit: float):
+    value = m.number(m.params.int8_eval.metrics, "map50_95")
+    baseline = m.number(m.params.baseline.metrics, "map50_95")
+    hint = f"FP32 mAP50-95 is {baseline:.4f}" + (
+        ": the FP32 model is already below the floor (train longer or lower the floor)" if baseline < limit
+        else f"; {_accuracy_hint(m)}")
+    return value, value >= limit, hint
+
+
+def _class_drop(m: Metrics, limit: float):
+    fp32 = _per_class(m, m.params.baseline.per_class, m.params.baseline.metrics)
+    int8 = _per_class(m, m.params.int8_eval.per_class, m.params.int8_eval.metrics)
+    if fp32.keys() != int8.keys():
+        raise MetricsUnavailable(f"{m.params.baseline.per_class} and {m.params.int8_eval.per_class} list different "
+                                 f"classes; re-run {m.rerun(m.params.int8_eval.per_class)}")
+    name, drop = max(((name, fp32[name] - int8[name]) for name in fp32), key=lambda item: item[1])
+    return drop, drop <= limit, f"class '{name}' (FP32 {fp32[name]:.4f}, INT8 {int8[name]:.4f}); {_accuracy_hint(m)}"
+
+
+def _per_class(m: Metrics, path: str, sibling: str) -> dict[str, float]:
+    m.value(sibling, "model_sha256")  # the per-class file is current when the file written beside it is
+    rows = m.read(path)
+    try:
+        return {str(row["class_name"]): float(row["map50_95"]) for row in rows}
+    except (TypeError, KeyError, ValueError) as exc:
+        raise MetricsUnavailable(f"{path} is malformed ({exc.__class__.__name__}); re-run {m.rerun(path)}") from exc
+
+
+def _latency(m: Metrics, limit: float):
+    path = m.params.benchmark.metrics
+    latency = m.number(path, "int8_latency_ms")
+    return latency, latency <= limit, (f"benchmark.hint is '{m.value(path, 'hint')}' (latency numbers are lower "
+                                       "with the latency hint); the float ops in " + m.params.quantize.precision_table)
+
+
+def _speedup(m: Metrics, limit: float):
+    path = m.params.benchmark.metrics
+    speedup = m.number(path, "speedup_fps")
+    spread = max(m.number(path, "fp32_fps_spread_rel"), m.number(path, "int8_fps_spread_rel"))
+    hint = (f"FP32 {m.number(path, 'fp32_fps'):.1f} FPS vs INT8 {m.number(path, 'int8_fps'):.1f} FPS, run-to-run "
+            f"spread up to {spread:.0%} (raise benchmark.repeats on a noisy machine); ops kept float in "
+            f"{m.params.quantize.precision_table}")
+    return speedup, speedup >= limit, hint
+
+
+def _output_sqnr(m: Metrics, limit: float):
+    path = m.params.divergence.metrics
+    sqnr = m.number(path, "output_sqnr_db")
+    return sqnr, sqnr >= limit, _layer_hint(m, m.value(path, "first_divergent_layer"))
+
+
+def _nan_inf(m: Metrics, limit: int):
+    path = m.params.divergence.metrics
+    count = int(m.number(path, "nan_inf_layers"))
+    return count, count <= limit, f"the rows with nan_inf > 0 in {m.params.divergence.csv}"
+
+
+def _layers_below(m: Metrics, limit: int):
+    path = m.params.divergence.metrics
+    count = int(m.number(path, "layers_below_sqnr_floor"))
+    return count, count <= limit, _layer_hint(m, m.value(path, "first_divergent_layer"))
+
+
+def _inventory(m: Metrics, limit: int):
+    missing = m.value(m.params.quantize.record, "fp32_ops_missing")
+    return len(missing), len(missing) <= limit, f"FP32 ops absent from the INT8 IR: {', '.join(missing[:5])}"
+
+
+def _quantized(m: Metrics, limit: int):
+    count = int(m.number(m.params.quantize.metrics, "fake_quantize_count"))
+    return count, count >= limit, "quantize.ignored_scope (types or patterns that match every op?)"
+
+
+def _ignored_float(m: Metrics, limit: int):
+    m.value(m.params.quantize.metrics, "model_sha256")  # the table is current when quantize.json is
+    rows = m.read(m.params.quantize.precision_table)
+    try:
+        wrong = [row["name"] for row in rows if row["why"].startswith("ignored") and row["precision"] != "float"]
+    except (TypeError, KeyError) as exc:
+        path = m.params.quantize.precision_table
+        raise MetricsUnavailable(f"{path} is malformed ({exc.__class__.__name__}); re-run {m.rerun(path)}") from exc
+    return len(wrong), len(wrong) <= limit, f"ops in the ignored scope that are int8 anyway: {', '.join(wrong[:5])}"
+
+
+def _provenance(m: Metrics, limit: int):
+    p = m.params
+    for path in (p.baseline.metrics, p.quantize.metrics, p.quantize.record, p.int8_eval.metrics,
+                 p.benchmark.metrics, p.divergence.metrics):
+        m.value(path, "model_sha256")  # raises on a stale file, naming it
+    weights = Path(p.model.weights)
+    recorded = m.value(p.export.record, "model_sha256")
+    if weights.is_file() and sha256_file(weights) != recorded:
+        return 1, False, (f"{weights} changed since {p.export.record} was written; re-run `dvc repro` "
+                          "(or `make gate`)")
+    return 0, True, ""

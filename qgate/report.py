@@ -1,0 +1,335 @@
+"""The report people read in a PR: results table, gate verdicts, divergent layers, bad cases, params (md + html)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qgate.gates import Metrics, MetricsUnavailable, Verdict, gates
+from qgate.io import write_text
+from qgate.params import Params
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Section:
+    """A report section: a title, paragraphs, tables (header + rows), figures and a code block."""
+
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
+    figures: list[tuple[str, str, bytes]] = field(default_factory=list)  # (caption, svg text, png bytes)
+    code: str = ""
+
+
+def build(params: Params, verdicts: list[Verdict], params_text: str) -> tuple[str, list[Section]]:
+    """The verdict line and the sections, from whatever metrics exist (missing ones show as 'missing')."""
+    metrics = Metrics(params)
+    failed = [v for v in verdicts if not v.passed]
+    verdict = (f"FAIL: {len(failed)} of {len(verdicts)} gates failed ({', '.join(v.gate for v in failed)})" if failed
+               else f"PASS: all {len(verdicts)} gates passed")
+    sections = [_results(metrics), _gates(params, verdicts), _divergence(metrics), _per_class(metrics),
+                _bad_cases(metrics), Section("Params used", ["`params.yaml` as judged:"], code=params_text)]
+    return verdict, sections
+
+
+def _get(metrics: Metrics, path: str, key: str) -> Any:
+    try:
+        return metrics.value(path, key)
+    except MetricsUnavailable:
+        return None
+
+
+def _num(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "missing"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _results(m: Metrics) -> Section:
+    p = m.params
+    base, int8, bench = p.baseline.metrics, p.int8_eval.metrics, p.benchmark.metrics
+    rows = [["FP32", _num(_get(m, base, "inference_precision")), _num(_get(m, base, "map50_95")),
+             _num(_get(m, base, "map50")), _num(_get(m, bench, "fp32_latency_ms"), 2),
+             _num(_get(m, bench, "fp32_fps"), 1), _num(_get(m, bench, "fp32_size_mb"), 2)]]
+    if _get(m, bench, "bf16_supported"):
+        rows.append(["BF16 (FP32 IR)", "bf16", "not measured", "not measured",
+                     _num(_get(m, bench, "bf16_latency_ms"), 2), _num(_get(m, bench, "bf16_fps"), 1),
+                     _num(_get(m, bench, "fp32_size_mb"), 2)])
+    rows.append(["INT8", f"int8 (float ops at {_num(_get(m, int8, 'inference_precision'))})",
+                 _num(_get(m, int8, "map50_95")), _num(_get(m, int8, "map50")),
+                 _num(_get(m, bench, "int8_latency_ms"), 2), _num(_get(m, bench, "int8_fps"), 1),
+                 _num(_get(m, bench, "int8_size_mb"), 2)])
+    bf16 = ("BF16 is not supported by this CPU, so there is no BF16 row; `bf16` requests would run f32 here."
+            if _get(m, bench, "bf16_supported") == 0 else "")
+    notes = [
+        f"Precision measured: FP32 at **{_num(_get(m, base, 'inference_precision'))}** (OpenVINO "
+        f"INFERENCE_PRECISION_HINT set explicitly; the value is what the compiled model reports). {bf16}",
+        f"Speed-up INT8/FP32: **{_num(_get(m, bench, 'speedup_fps'), 2)}x** throughput, "
+        f"{_num(_get(m, bench, 'speedup_latency'), 2)}x latency; mAP50-95 drop "
+        f"**{_num(_get(m, int8, 'map50_95_drop'))}** ({_pct(_get(m, int8, 'map50_95_drop_rel'))} of FP32).",
+        f"Accuracy: pycocotools mAP on {_num(_get(m, base, 'images'))} `{p.baseline.split}` images at "
+        f"{p.model.imgsz} px. Speed: `benchmark_app`, {p.benchmark.device}, hint {p.benchmark.hint}, "
+        f"{p.benchmark.repeats} interleaved runs of {p.benchmark.seconds} s, medians; run-to-run spread FP32 "
+        f"{_pct(_get(m, bench, 'fp32_fps_spread_rel'))}, INT8 {_pct(_get(m, bench, 'int8_fps_spread_rel'))}.",
+    ]
+    header = ["model", "precision run", "mAP50-95", "mAP50", "latency ms", "FPS", "size MB"]
+    return Section("Results", notes, [(header, rows)])
+
+
+def _pct(value: Any) -> str:
+    return "missing" if value is None else f"{100 * value:.1f}%"
+
+
+def _gates(params: Params, verdicts: list[Verdict]) -> Section:
+    rows = [[v.gate, v.metric, v.value, v.limit, "pass" if v.passed else "**FAIL**"] for v in verdicts]
+    rows += [[g.name, g.metric, "", "off (null in params)", "off"] for g in gates(params) if g.limit is None]
+    failures = [v.message for v in verdicts if not v.passed]
+    return Section("Gates", failures, [(["gate", "metric", "value", "limit", "result"], rows)])
+
+
+def _divergence(m: Metrics) -> Section:
+    p = m.params.divergence
+    try:
+        rows = m.read(p.csv)
+        m.value(p.metrics, "model_sha256")
+    except MetricsUnavailable as exc:
+        return Section("Where INT8 diverges", [str(exc)])
+    first = _get(m, p.metrics, "first_divergent_layer")
+    text = [f"Output SQNR **{_num(_get(m, p.metrics, 'output_sqnr_db'), 1)} dB** over "
+            f"{_num(_get(m, p.metrics, 'images'))} images; first divergent layer: `{first or 'none'}`; "
+            f"{_num(_get(m, p.metrics, 'layers_below_sqnr_floor'))} of {len(rows)} layers below "
+            f"{p.sqnr_floor_db:g} dB. Local drop = SQNR lost at the layer itself, not carried in from its inputs."]
+    # layers fed only by the network input "lose" SQNR from infinity: where quantization starts, not a cause
+    candidates = [r for r in rows if r.get("worst_input")]
+    top = sorted(candidates, key=lambda r: -float(r["local_drop_db"]))[: p.top_k]
+    table = [[r["index"], f"`{r['name']}`", r["type"], f"{float(r['sqnr_db']):.1f}", f"{float(r['local_drop_db']):.1f}",
+              _share(r.get("clip_error_share")), r.get("advice", "")] for r in top]
+    header = ["#", "layer", "type", "SQNR dB", "local drop dB", "clip share of error", "advice"]
+    figure = _sqnr_plot(rows, p.sqnr_floor_db, first)
+    return Section("Where INT8 diverges", text, [(header, table)], [figure])
+
+
+def _share(value: str | None) -> str:
+    return f"{100 * float(value):.0f}%" if value not in (None, "") else ""
+
+
+def _per_class(m: Metrics) -> Section:
+    p = m.params
+    try:
+        m.value(p.baseline.metrics, "model_sha256")
+        m.value(p.int8_eval.metrics, "model_sha256")
+        fp32, int8 = m.read(p.baseline.per_class), m.read(p.int8_eval.per_class)
+    except MetricsUnavailable as exc:
+        return Section("Accuracy per class", [str(exc)])
+    int8_by_name = {r["class_name"]: r["map50_95"] for r in int8}
+    rows = [[r["class_name"], f"{r['map50_95']:.4f}", _num(int8_by_name.get(r["class_name"])),
+             _num(r["map50_95"] - int8_by_name[r["class_name"]] if r["class_name"] in int8_by_name else None)]
+            for r in fp32]
+    return Section("Accuracy per class", [], [(["class", "FP32 mAP50-95", "INT8 mAP50-95", "drop"], rows)],
+                   [_class_plot(fp32, int8_by_name)])
+
+
+def _bad_cases(m: Metrics) -> Section:
+    from qgate.badcases import draw_bad_cases
+
+    p = m.params
+    try:
+        rows = m.read(p.int8_eval.bad_cases)
+        m.value(p.int8_eval.metrics, "model_sha256")
+    except (MetricsUnavailable, KeyError) as exc:
+        return Section("Bad cases", [str(exc)])
+    text = [f"Images whose detections changed most between FP32 and INT8 (score >= {p.int8_eval.bad_case_conf:g}; "
+            f"disagreement 0 = same boxes, 1 = nothing in common). Full list: `{p.int8_eval.bad_cases}`."]
+    header = ["rank", "image", "disagreement", "FP32 dets", "INT8 dets", "matched"]
+    table = [[r["rank"], r["file_name"], r["disagreement"], r["fp32_detections"], r["int8_detections"], r["matched"]]
+             for r in rows[:10]]
+    figures = draw_bad_cases(p, rows[: p.gates.report_bad_cases])
+    if not figures and p.gates.report_bad_cases:
+        text.append("(Images not drawn: the dataset or the detections are not on disk.)")
+    return Section("Bad cases", text, [(header, table)], figures)
+
+
+def _figure(fig, caption: str) -> tuple[str, str, bytes]:
+    svg, png = io.StringIO(), io.BytesIO()
+    fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})  # same input, same bytes
+    fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    text = svg.getvalue()
+    return caption, text[text.index("<svg"):], png.getvalue()
+
+
+def _sqnr_plot(rows: list[dict], floor: float, first: str | None) -> tuple[str, str, bytes]:
+    import matplotlib.pyplot as plt
+
+    sqnr = np.array([float(r["sqnr_db"]) for r in rows])
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    ax.plot(np.arange(len(sqnr)), sqnr, lw=1.2, color="#3465a4", label="INT8 vs FP32 SQNR")
+    ax.axhline(floor, color="#cc0000", ls="--", lw=1, label=f"floor {floor:g} dB")
+    index = next((i for i, r in enumerate(rows) if r["name"] == first), None)
+    if index is not None:
+        ax.scatter([index], [sqnr[index]], color="#cc0000", zorder=3, label="first divergent")
+    ax.set_xlabel("layer (graph order)")
+    ax.set_ylabel("SQNR dB")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    return _figure(fig, "Per-layer SQNR, INT8 against FP32 (higher is closer)")
+
+
+def _class_plot(fp32: list[dict], int8: dict[str, float]) -> tuple[str, str, bytes]:
+    import matplotlib.pyplot as plt
+
+    names = [r["class_name"] for r in fp32]
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * len(names) + 2), 3.2))
+    ax.bar(x - 0.2, [r["map50_95"] for r in fp32], 0.4, label="FP32", color="#729fcf")
+    ax.bar(x + 0.2, [int8.get(n, 0.0) for n in names], 0.4, label="INT8", color="#f57900")
+    ax.set_xticks(x, names, rotation=30 if len(names) > 6 else 0, ha="right" if len(names) > 6 else "center")
+    ax.set_ylabel("mAP50-95")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _figure(fig, "mAP50-95 per class, FP32 vs INT8")
+
+
+def render_markdown(verdict: str, sections: list[Section], files_dir: Path) -> tuple[str, dict[str, bytes]]:
+    """Markdown text plus the PNG files it links to (relative to the report, under `files_dir`)."""
+    lines, files = [f"# qgate report: {verdict}", ""], {}
+    for section in sections:
+        lines += [f"## {section.title}", ""]
+        for paragraph in section.paragraphs:
+            lines += [paragraph, ""]
+        for header, rows in section.tables:
+            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+            lines.append("")
+        for caption, svg, png in section.figures:
+            name = f"{_slug(caption)}.{'png' if svg else 'jpg'}"  # plots are PNG, drawn images JPEG
+            files[name] = png
+            lines += [f"![{caption}]({files_dir.name}/{name})", ""]
+        if section.code:
+            lines += ["<details><summary>params.yaml</summary>", "", "```yaml", section.code.rstrip(), "```", "",
+                      "</details>", ""]
+    return "\n".join(lines), files
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")[:40]
+
+
+CSS = """body{font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
+color:#222}h1{font-size:1.6em;padding:.5em .8em;border-radius:6px}h1.pass{background:#e6f4ea;color:#137333}
+h1.fail{background:#fce8e6;color:#a50e0e}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px solid #ddd;padding:.3em .6em;
+text-align:left;vertical-align:top}th{background:#f4f4f4}td.fail{color:#a50e0e;font-weight:600}td.pass{color:#137333}
+code{background:#f4f4f4;padding:0 .25em;border-radius:3px;font-size:.9em}pre{background:#f7f7f7;padding:1em;
+overflow:auto;font-size:.85em}figure{margin:1em 0}figcaption{color:#555;font-size:.9em}svg{max-width:100%;height:auto}
+p.failure{background:#fff4f2;border-left:4px solid #d93025;padding:.4em .8em}img{max-width:100%}"""
+
+
+def render_html(verdict: str, sections: list[Section]) -> str:
+    """A self-contained HTML page: CSS inline, plots as inline SVG, images as data URIs, nothing fetched."""
+    state = "fail" if verdict.startswith("FAIL") else "pass"
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>qgate report</title>",
+             f"<style>{CSS}</style></head><body>", f"<h1 class='{state}'>qgate report: {html.escape(verdict)}</h1>"]
+    for section in sections:
+        parts.append(f"<h2>{html.escape(section.title)}</h2>")
+        failure = section.title == "Gates"
+        for paragraph in section.paragraphs:
+            parts.append(f"<p class='{'failure' if failure else ''}'>{_inline(paragraph)}</p>")
+        for header, rows in section.tables:
+            parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
+            for row in rows:
+                parts.append("<tr>" + "".join(_cell(str(c)) for c in row) + "</tr>")
+            parts.append("</table>")
+        for caption, svg, png in section.figures:
+            body = svg if svg else f"<img alt='{html.escape(caption)}' src='data:image/jpeg;base64," \
+                                   f"{base64.b64encode(png).decode()}'>"
+            parts.append(f"<figure>{body}<figcaption>{html.escape(caption)}</figcaption></figure>")
+        if section.code:
+            parts.append(f"<pre>{html.escape(section.code)}</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _cell(text: str) -> str:
+    state = {"**FAIL**": "fail", "pass": "pass"}.get(text, "")
+    return f"<td class='{state}'>{_inline(text.replace('**', '') if state else text)}</td>"
+
+
+def _inline(text: str) -> str:
+    """Markdown `code` and **bold** to HTML, everything else escaped."""
+    out, bold = [], False
+    for i, chunk in enumerate(html.escape(text).split("`")):
+        if i % 2:
+            out.append(f"<code>{chunk}</code>")
+            continue
+        pieces = chunk.split("**")
+        for j, piece in enumerate(pieces):
+            if j:
+                bold = not bold
+                out.append("<b>" if bold else "</b>")
+            out.append(piece)
+    if bold:
+        out.append("</b>")
+    return "".join(out)
+
+
+def write_report(params: Params, verdicts: list[Verdict], params_path: Path) -> str:
+    """Write report.md (+ its PNGs) and report.html; append the markdown to $GITHUB_STEP_SUMMARY in CI."""
+    verdict, sections = build(params, verdicts, params_path.read_text())
+    md_path = Path(params.gates.report_md)
+    files_dir = md_path.with_name(md_path.stem + "_files")
+    text, files = render_markdown(verdict, sections, files_dir)
+    files_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        with open(files_dir / f".{name}.tmp", "wb") as handle:
+            handle.write(data)
+        os.replace(files_dir / f".{name}.tmp", files_dir / name)
+    write_text(md_path, text)
+    write_text(params.gates.report_html, render_html(verdict, sections))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as handle:
+            handle.write(text + "\n")
+    return verdict
+
+
+def verdict_table(verdicts: list[Verdict]) -> str:
+    """The verdicts as a fixed-width text table for the terminal."""
+    rows = [("gate", "value", "limit", "result")] + [
+        (v.gate, v.value, v.limit, "pass" if v.passed else "FAIL") for v in verdicts]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def main(params_path: str) -> int:
+    """Judge the metrics, write the report, print the verdict table; 1 when a gate failed."""
+    from qgate.gates import judge_all
+    from qgate.params import load_params
+
+    params = load_params(params_path)
+    verdicts = judge_all(params)
+    verdict = write_report(params, verdicts, Path(params_path))
+    print(verdict_table(verdicts))
+    print(f"\n{verdict}\nreport: {params.gates.report_md}, {params.gates.report_html}")
+    return int(any(not v.passed for v in verdicts))
+
+
+if __name__ == "__main__":
+    import sys
+
+    from qgate.cli import run_tool
+
+    sys.exit(run_tool(main, __doc__))

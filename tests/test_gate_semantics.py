@@ -1,0 +1,208 @@
+"""Gate semantics on the committed demo metrics: they pass; each gate fails alone; missing, stale or
+malformed files fail (never skip); `qgate.judge` writes JUnit, the report and a verdict table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+PIPELINE_FILES = [
+    "metrics/export_record.json", "metrics/baseline.json", "metrics/baseline_per_class.json",
+    "metrics/quantize.json", "metrics/int8_record.json", "metrics/int8.json", "metrics/int8_per_class.json",
+    "metrics/benchmark.json", "metrics/divergence.json", "reports/precision_table.csv", "reports/divergence.csv",
+    "reports/bad_cases.csv",
+]
+ALL_GATES = [
+    "accuracy_map50_95_drop", "speed_speedup", "drift_output_sqnr", "drift_nan_inf", "drift_layers_below_floor",
+    "structure_op_inventory", "structure_quantized", "structure_ignored_scope_float", "provenance_same_model",
+]
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """The repository's params and the pipeline's committed metrics, copied; no models, no dataset."""
+    for name in PIPELINE_FILES + ["params.yaml"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def run(project: Path, *command: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    return subprocess.run([sys.executable, "-m", *command], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def run_gates(project: Path) -> subprocess.CompletedProcess:
+    return run(project, "pytest", str(ROOT / "gates"), "--params", "params.yaml", "-p", "no:cacheprovider", "-v")
+
+
+def edit_json(project: Path, name: str, **changes) -> None:
+    path = project / name
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def edit_gates(project: Path, **changes) -> None:
+    path = project / "params.yaml"
+    params = yaml.safe_load(path.read_text())
+    params["gates"].update(changes)
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def failed_gates(result: subprocess.CompletedProcess) -> set[str]:
+    return {line.split("[", 1)[1].split("]", 1)[0] for line in result.stdout.splitlines()
+            if line.startswith("FAILED") and "[" in line}
+
+
+def test_committed_demo_metrics_pass_every_gate(project):
+    result = run_gates(project)
+    assert result.returncode == 0, result.stdout
+    for gate in ALL_GATES:
+        assert f"test_gate[{gate}] PASSED" in result.stdout
+    assert "skipped" not in result.stdout.lower()
+
+
+def _ignored_row_made_int8(project: Path) -> None:
+    path = project / "reports/precision_table.csv"
+    rows = list(csv.DictReader(path.open()))
+    next(row for row in rows if row["why"].startswith("ignored"))["precision"] = "int8"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _weights_changed(project: Path) -> None:
+    weights = project / yaml.safe_load((project / "params.yaml").read_text())["model"]["weights"]
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    weights.write_bytes(b"another model")
+
+
+# (gate, how to break it, fragments the failure message must hold: value, limit, what to look at)
+BREAKS = [
+    ("accuracy_map50_95_drop", lambda p: edit_json(p, "metrics/int8.json", map50_95_drop=0.05),
+     ["= 0.05 violates limit <= 0.01", "first divergent layer /model.", "reports/bad_cases.csv"]),
+    ("accuracy_map50_95_drop_rel", lambda p: edit_gates(p, max_map50_95_drop_rel=0.001),
+     ["violates limit <= 0.001", "Look at: first divergent layer"]),
+    ("accuracy_int8_map50_95_floor", lambda p: edit_gates(p, min_int8_map50_95=0.99),
+     ["violates limit >= 0.99", "the FP32 model is already below the floor"]),
+    ("accuracy_per_class_drop", lambda p: edit_gates(p, max_class_map50_95_drop=0.001),
+     ["violates limit <= 0.001", "class '"]),
+    ("speed_int8_latency", lambda p: edit_gates(p, max_latency_ms=0.5),
+     ["int8_latency_ms =", "violates limit <= 0.5", "benchmark.hint"]),
+    ("speed_speedup", lambda p: edit_json(p, "metrics/benchmark.json", speedup_fps=1.01),
+     ["speedup_fps = 1.01 violates limit >= 1.3", "FPS", "benchmark.repeats"]),
+    ("drift_output_sqnr", lambda p: edit_json(p, "metrics/divergence.json", output_sqnr_db=12.5),
+     ["output_sqnr_db = 12.5 violates limit >= 25", "first divergent layer /model."]),
+    ("drift_nan_inf", lambda p: edit_json(p, "metrics/divergence.json", nan_inf_layers=3),
+     ["nan_inf_layers = 3 violates limit <= 0", "nan_inf > 0"]),
+    ("drift_layers_below_floor", lambda p: edit_json(p, "metrics/divergence.json", layers_below_sqnr_floor=200),
+     ["= 200 violates limit <= 80", "first divergent layer"]),
+    ("structure_op_inventory", lambda p: edit_json(p, "metrics/int8_record.json", fp32_ops_missing=["/model.9/m/MaxPool"]),
+     ["= 1 violates limit <= 0", "/model.9/m/MaxPool"]),
+    ("structure_quantized", lambda p: edit_json(p, "metrics/quantize.json", fake_quantize_count=0),
+     ["fake_quantize_count = 0 violates limit >= 1", "quantize.ignored_scope"]),
+    ("structure_ignored_scope_float", _ignored_row_made_int8, ["= 1 violates limit <= 0", "int8 anyway: /model.22"]),
+    ("provenance_same_model", _weights_changed, ["changed since metrics/export_record.json"]),
+]
+
+
+@pytest.mark.parametrize("gate, breaks, fragments", [pytest.param(*b, id=b[0]) for b in BREAKS])
+def test_each_gate_fails_alone_with_value_limit_and_hint(project, gate, breaks, fragments):
+    breaks(project)
+    result = run_gates(project)
+    assert result.returncode == 1, result.stdout
+    assert failed_gates(result) == {gate}, result.stdout
+    message = next(line for line in result.stdout.splitlines() if line.startswith(f"{gate}:"))
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_missing_benchmark_fails_speed_gates_instead_of_skipping(project):
+    edit_gates(project, max_latency_ms=100.0)
+    (project / "metrics/benchmark.json").unlink()
+    result = run_gates(project)
+    assert result.returncode == 1
+    assert failed_gates(result) == {"speed_int8_latency", "speed_speedup", "provenance_same_model"}
+    assert "metrics/benchmark.json is missing; run `dvc repro benchmark`" in result.stdout
+    assert "skipped" not in result.stdout.lower()
+
+
+@pytest.mark.parametrize("name, changes, gate", [
+    ("metrics/benchmark.json", {"model_sha256": "0" * 64}, "speed_speedup"),
+    ("metrics/divergence.json", {"int8_ir_bin_sha256": "1" * 64}, "drift_output_sqnr"),
+], ids=["other_fp32_model", "other_int8_ir"])
+def test_stale_metrics_fail_and_name_the_stage(project, name, changes, gate):
+    edit_json(project, name, **changes)
+    result = run_gates(project)
+    assert result.returncode == 1
+    assert gate in failed_gates(result) and "provenance_same_model" in failed_gates(result)
+    stage = Path(name).stem
+    assert f"{name} is stale" in result.stdout and f"re-run `dvc repro {stage}`" in result.stdout
+
+
+@pytest.mark.parametrize("corrupt, fragment", [
+    (lambda p: (p / "metrics/int8.json").write_text("{not json"), "metrics/int8.json is unreadable"),
+    (lambda p: edit_json(p, "metrics/int8.json", map50_95_drop=None), "'map50_95_drop' is None, not a number"),
+    (lambda p: edit_json(p, "metrics/int8.json", map50_95_drop="0.001"), "is '0.001', not a number"),
+], ids=["not_json", "null_value", "string_value"])
+def test_malformed_metrics_fail(project, corrupt, fragment):
+    corrupt(project)
+    result = run_gates(project)
+    assert result.returncode == 1
+    assert "accuracy_map50_95_drop" in failed_gates(result)
+    assert fragment in result.stdout and "re-run `dvc repro int8_eval`" in result.stdout
+
+
+def test_a_missing_key_names_the_key(project):
+    data = json.loads((project / "metrics/int8.json").read_text())
+    del data["map50_95_drop"]
+    (project / "metrics/int8.json").write_text(json.dumps(data))
+    result = run_gates(project)
+    assert result.returncode == 1
+    assert "metrics/int8.json has no 'map50_95_drop'" in result.stdout
+
+
+def test_a_bad_threshold_is_a_usage_error(project):
+    edit_gates(project, min_speedup="fast")
+    result = run_gates(project)
+    assert result.returncode not in (0, 1)
+    assert "'gates.min_speedup' must be of type float, got 'fast'" in result.stderr + result.stdout
+
+
+def test_judge_writes_junit_report_and_table_and_fails_on_a_failed_gate(project):
+    edit_gates(project, max_map50_95_drop=0.0)
+    result = run(project, "qgate.judge")
+    assert result.returncode == 1, result.stdout + result.stderr
+    table_row = next(line for line in result.stdout.splitlines() if line.startswith("accuracy_map50_95_drop "))
+    assert table_row.split()[-1] == "FAIL" and "<= 0" in table_row
+    junit = (project / "reports/gates.xml").read_text()
+    assert 'name="test_gate[accuracy_map50_95_drop]"' in junit and "<failure" in junit
+    report = (project / "reports/report.md").read_text()
+    assert report.startswith("# qgate report: FAIL: 1 of 9 gates failed (accuracy_map50_95_drop)")
+    assert "| accuracy_map50_95_drop | map50_95_drop | 0.00731 | <= 0 | **FAIL** |" in report
+    html = (project / "reports/report.html").read_text()
+    assert "<h1 class='fail'>" in html and "<svg" in html and "data:image/jpeg;base64," not in html  # no dataset here
+    assert not re.search(r"""(src|href)=["']https?:|<script|<link""", html)  # self-contained: nothing fetched
+
+
+def test_report_is_written_when_metrics_are_missing(project):
+    (project / "metrics/benchmark.json").unlink()
+    result = run(project, "qgate.report")
+    assert result.returncode == 1
+    report = (project / "reports/report.md").read_text()
+    assert "| INT8 |" in report and "missing" in report
