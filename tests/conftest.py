@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import openvino as ov
+import openvino.opset13 as opset
 import pytest
 import yaml
 
@@ -129,3 +131,28 @@ def quantized_project(tmp_path_factory, exported_project, tiny_weights) -> Path:
         result = stage(name, project)
         assert result.returncode == 0, result.stderr
     return project
+
+
+def edit_int8(project: Path, edit) -> None:
+    """Apply `edit` to the project's INT8 IR in place (planted faults)."""
+    path = project / "models" / "int8" / "model_int8.xml"
+    model = ov.Core().read_model(path)
+    edit(model)
+    ov.save_model(model, path.with_name("edited.xml"), compress_to_fp16=False)
+    path.with_name("edited.xml").replace(path)
+    path.with_name("edited.bin").replace(path.with_suffix(".bin"))
+
+
+def feeding_quantizer(model, consumer: str):
+    """The FakeQuantize right before `consumer`'s activation input."""
+    ops = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
+    node = ops[consumer].input_value(0).get_node()
+    assert node.get_type_name() == "FakeQuantize", node.get_type_name()
+    return node
+
+
+def scale_range(fq, factor: float) -> None:
+    """Multiply a FakeQuantize's input and output range by `factor` (< 1 clips)."""
+    for port in range(1, 5):  # input_low, input_high, output_low, output_high
+        data = fq.input_value(port).get_node().get_data() * factor
+        fq.input(port).replace_source_output(opset.constant(data.astype(np.float32)).output(0))

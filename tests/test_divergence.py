@@ -6,35 +6,12 @@ import csv
 import json
 
 import numpy as np
-import openvino as ov
 import openvino.opset13 as opset
 import pytest
 
-from tests.conftest import assert_fails_cleanly, copy_project, stage
+from tests.conftest import assert_fails_cleanly, copy_project, edit_int8, feeding_quantizer, scale_range, stage
 
 PLANTED = "/model.1/conv/Conv/WithoutBiases"
-
-
-def _edit_int8(project, edit) -> None:
-    path = project / "models" / "int8" / "model_int8.xml"
-    model = ov.Core().read_model(path)
-    edit(model)
-    ov.save_model(model, path.with_name("edited.xml"), compress_to_fp16=False)
-    path.with_name("edited.xml").replace(path)
-    path.with_name("edited.bin").replace(path.with_suffix(".bin"))
-
-
-def _feeding_quantizer(model, consumer):
-    ops = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
-    node = ops[consumer].input_value(0).get_node()
-    assert node.get_type_name() == "FakeQuantize", node.get_type_name()
-    return node
-
-
-def _scale_range(fq, factor: float) -> None:
-    for port in range(1, 5):  # input_low, input_high, output_low, output_high
-        data = fq.input_value(port).get_node().get_data() * factor
-        fq.input(port).replace_source_output(opset.constant(data.astype(np.float32)).output(0))
 
 
 def _run(project):
@@ -63,7 +40,7 @@ def test_planted_clipping_fault_is_found(tmp_path, quantized_project, tiny_weigh
     healthy = copy_project(quantized_project, tmp_path / "healthy", tiny_weights, divergence__local_drop_db=20)
     assert _run(healthy)[0]["first_divergent_layer"] == ""
     project = copy_project(quantized_project, tmp_path / "planted", tiny_weights, divergence__local_drop_db=20)
-    _edit_int8(project, lambda model: _scale_range(_feeding_quantizer(model, PLANTED), 0.05))
+    edit_int8(project, lambda model: scale_range(feeding_quantizer(model, PLANTED), 0.05))
     metrics, rows, _ = _run(project)
     planted = next(r for r in rows if r["name"] == PLANTED)
     assert metrics["first_divergent_layer"] == PLANTED, planted
@@ -77,11 +54,11 @@ def test_nan_is_reported_not_fatal(tmp_path, quantized_project, tiny_weights):
     project = copy_project(quantized_project, tmp_path, tiny_weights)
 
     def poison(model):
-        fq = _feeding_quantizer(model, PLANTED)
+        fq = feeding_quantizer(model, PLANTED)
         high = fq.input_value(4).get_node().get_data()
         fq.input(4).replace_source_output(opset.constant(np.full_like(high, np.nan)).output(0))
 
-    _edit_int8(project, poison)
+    edit_int8(project, poison)
     metrics, rows, _ = _run(project)
     assert metrics["nan_inf_layers"] > 0
     flagged = [r for r in rows if int(r["nan_inf"]) > 0]
@@ -102,7 +79,7 @@ def test_irs_from_different_exports(tmp_path, quantized_project, tiny_weights):
         for op in model.get_ordered_ops():
             op.set_friendly_name(f"other_{op.get_friendly_name()}")
 
-    _edit_int8(project, rename)
+    edit_int8(project, rename)
     line = assert_fails_cleanly("divergence", project, ["model_int8.xml: only", "layers of", "match by name"],
                                 "metrics/divergence.json")
     assert "only 0 of" in line
