@@ -1,0 +1,29 @@
+"""Figures shared by stages and the report (matplotlib, headless, no fonts fetched)."""
+
+from __future__ import annotations
+
+import io
+
+
+def sensitivity_figure(rows: list[dict]):
+    """Horizontal bars: mean share of the INT8 output error removed when each group is float."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.28 * max(len(rows), 4) + 1))
+    labels = [f"{r['first_op']} (+{int(r['ops']) - 1})" if int(r["ops"]) > 1 else r["first_op"] for r in rows]
+    ax.barh(range(len(rows)), [float(r["error_removed_mean"]) for r in rows], color="#f57900")
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of INT8 output error removed when the group is float (mean over bad cases)")
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def svg_text(fig) -> str:
+    """The figure as SVG text without a date (same input, same bytes); closes the figure."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    return buffer.getvalue()
