@@ -173,7 +173,7 @@ def predict(compiled: ov.CompiledModel, images: list[Path], imgsz: int,
     takes_uint8 = compiled.input(0).get_element_type() == ov.Type.u8  # compile_model's in-graph preprocessing
     queue = ov.AsyncInferQueue(compiled, max(2, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
     queue.set_callback(on_done)
-    for index, path in enumerate(tqdm(images, desc="evaluate", unit="img", leave=False)):
+    for index, path in enumerate(tqdm(images, desc="evaluate", unit="img", leave=False, disable=None)):
         image, hw0, hw = load_image(path, imgsz)
         padded, pad = letterbox(image, imgsz)
         shapes[index] = hw0

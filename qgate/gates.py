@@ -41,12 +41,15 @@ class Metrics:
             params.quantize.record: "quantize", params.quantize.precision_table: "quantize",
             params.int8_eval.metrics: "int8_eval", params.int8_eval.per_class: "int8_eval",
             params.benchmark.metrics: "benchmark", params.divergence.metrics: "divergence",
-            params.divergence.csv: "divergence",
+            params.divergence.csv: "divergence", params.sensitivity.metrics: "sensitivity",
+            params.sensitivity.csv: "sensitivity", params.autofix.metrics: "autofix", params.autofix.scope: "autofix",
+            params.autofix.steps: "autofix", params.int8_eval.bad_cases: "int8_eval",
         }
 
     def rerun(self, path: str) -> str:
         """The command that rewrites `path`."""
-        return f"`dvc repro {self._producers[path]}` (or `make gate`)"
+        stage = self._producers.get(path)
+        return f"`dvc repro {stage}` (or `make gate`)" if stage else "`dvc repro` (or `make gate`)"
 
     def read(self, path: str) -> Any:
         """The parsed file (JSON, or CSV rows); MetricsUnavailable saying which stage to run when it is not usable."""
@@ -77,6 +80,8 @@ class Metrics:
             if file.suffix == ".csv":
                 with open(file, newline="") as handle:
                     return list(csv.DictReader(handle))
+            if file.suffix in (".yaml", ".yml"):
+                return file.read_text()
             return json.loads(file.read_text())
         except (OSError, ValueError, csv.Error) as exc:
             raise MetricsUnavailable(f"{path} is unreadable ({exc.__class__.__name__}); "
@@ -170,9 +175,29 @@ def _accuracy_hint(m: Metrics) -> str:
     bad_cases = m.params.int8_eval.bad_cases
     try:
         layer = m.value(m.params.divergence.metrics, "first_divergent_layer")
+        hint = f"{_layer_hint(m, layer)}; the images in {bad_cases}"
     except MetricsUnavailable:
-        return f"the images in {bad_cases}"
-    return f"{_layer_hint(m, layer)}; the images in {bad_cases}"
+        hint = f"the images in {bad_cases}"
+    return hint + _autofix_hint(m)
+
+
+def _autofix_hint(m: Metrics) -> str:
+    """autofix's suggestion (the ignored scope to paste and the mAP it reached), or why there is none."""
+    cfg = m.params.autofix
+    try:
+        if not m.value(cfg.metrics, "needed"):
+            return (f". autofix found the drop within autofix.target_drop {cfg.target_drop} and suggests nothing: "
+                    "lower autofix.target_drop to below this gate's limit")
+        fixed_drop, evaluations = m.number(cfg.metrics, "fixed_map50_95_drop"), m.value(cfg.metrics, "evaluations")
+        if not m.value(cfg.metrics, "reached"):
+            return (f". autofix did not reach autofix.target_drop {cfg.target_drop}: best drop {fixed_drop:.4f} after "
+                    f"{evaluations} full evaluations (raise autofix.max_evaluations; see {cfg.steps})")
+        block = m.read(cfg.scope)
+    except MetricsUnavailable as exc:
+        return f". (no autofix suggestion: {exc})"
+    return (f". Suggested fix: {m.value(cfg.metrics, 'ops_float_added')} more ops in float give mAP50-95 "
+            f"{m.number(cfg.metrics, 'fixed_map50_95'):.4f} (drop {fixed_drop:.4f}, {evaluations} evaluations). "
+            f"Paste this under `quantize:` in params.yaml (also in {cfg.scope}):\n{block}")
 
 
 def _layer_hint(m: Metrics, layer: str) -> str:
@@ -284,7 +309,7 @@ def _ignored_float(m: Metrics, limit: int):
 def _provenance(m: Metrics, limit: int):
     p = m.params
     for path in (p.baseline.metrics, p.quantize.metrics, p.quantize.record, p.int8_eval.metrics,
-                 p.benchmark.metrics, p.divergence.metrics):
+                 p.benchmark.metrics, p.divergence.metrics, p.sensitivity.metrics, p.autofix.metrics):
         m.value(path, "model_sha256")  # raises on a stale file, naming it
     weights = Path(p.model.weights)
     recorded = m.value(p.export.record, "model_sha256")

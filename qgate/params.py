@@ -150,6 +150,30 @@ class DivergenceParams:
 
 
 @dataclass(frozen=True)
+class SensitivityParams:
+    """`sensitivity:` rank the INT8 model's quantizer groups by how much float there removes the error."""
+
+    images: int
+    conf: float
+    top_k: int
+    csv: str
+    plot: str
+    metrics: str
+
+
+@dataclass(frozen=True)
+class AutofixParams:
+    """`autofix:` revert ranked quantizer groups to float until the mAP50-95 drop is within `target_drop`."""
+
+    target_drop: float
+    max_evaluations: int
+    out_dir: str
+    steps: str
+    scope: str
+    metrics: str
+
+
+@dataclass(frozen=True)
 class GatesParams:
     """`gates:` every threshold `make gate` judges the metrics with (null switches an optional gate off)."""
 
@@ -179,6 +203,8 @@ class Params:
     int8_eval: Int8EvalParams
     benchmark: BenchmarkParams
     divergence: DivergenceParams
+    sensitivity: SensitivityParams
+    autofix: AutofixParams
     gates: GatesParams
 
 
@@ -253,6 +279,11 @@ def _check_values(params: Params, path: Path) -> None:
             raise QgateError(f"{path}: 'quantize.{key}' must be >= 1")
     if params.divergence.images < 1 or params.divergence.bad_cases < 0:
         raise QgateError(f"{path}: 'divergence.images' must be >= 1 and 'divergence.bad_cases' >= 0")
+    if not 0.0 <= params.sensitivity.conf <= 1.0 or params.sensitivity.images < 1:
+        raise QgateError(f"{path}: 'sensitivity.conf' must be within [0, 1] and 'sensitivity.images' >= 1")
+    if params.autofix.max_evaluations < 1:
+        raise QgateError(f"{path}: 'autofix.max_evaluations' is {params.autofix.max_evaluations}; the search needs "
+                         "at least 1 full evaluation of the val split (a few are typical: set 8 or more)")
     if params.gates.report_bad_cases < 0:
         raise QgateError(f"{path}: 'gates.report_bad_cases' must be >= 0")
     if params.benchmark.seconds <= 0 or params.benchmark.repeats < 1 or params.benchmark.batch < 1:

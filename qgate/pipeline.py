@@ -29,6 +29,11 @@ def int8_ir(params: Params) -> Path:
     return Path(params.quantize.out_dir) / INT8_IR_NAME
 
 
+def fixed_ir(params: Params) -> Path:
+    """Path of autofix's INT8 IR (the plain INT8 IR's copy when nothing needed fixing)."""
+    return Path(params.autofix.out_dir) / INT8_IR_NAME
+
+
 def require_int8_ir(params: Params) -> Path:
     """The INT8 IR's path; an error saying which stage to run when it is missing."""
     path = int8_ir(params)
@@ -73,14 +78,21 @@ def model_dataset(params: Params, record: dict) -> Dataset:
     return dataset
 
 
-def evaluate_ir(params: Params, ir_path: Path, record: dict) -> tuple[Evaluation, str]:
-    """Evaluate an IR on the baseline's split with the baseline's settings; return it and the precision run."""
-    cfg = params.baseline
+def val_images(params: Params, record: dict) -> tuple[list[Path], tuple[str, ...]]:
+    """The images every model is scored on (the baseline's split, labels checked) and the class names."""
     dataset = model_dataset(params, record)
-    images = split_images(dataset, cfg.split)
+    images = split_images(dataset, params.baseline.split)
     validate_labels(images, len(dataset.names))
-    compiled = compile_model(ir_path, cfg.inference_precision)
-    log.info("evaluating %s on %d %s images at %s", ir_path, len(images), cfg.split, measured_precision(compiled))
-    result = evaluate(compiled, images, dataset.names, params.model.imgsz,
+    return images, dataset.names
+
+
+def evaluate_ir(params: Params, model: Path | object, record: dict) -> tuple[Evaluation, str]:
+    """Evaluate an IR path or ov.Model on the baseline's split with its settings; return it and the precision run."""
+    cfg = params.baseline
+    images, names = val_images(params, record)
+    compiled = compile_model(model, cfg.inference_precision)
+    log.info("evaluating %s on %d %s images at %s", model if isinstance(model, Path) else "model", len(images),
+             cfg.split, measured_precision(compiled))
+    result = evaluate(compiled, images, names, params.model.imgsz,
                       Postprocess(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det))
     return result, measured_precision(compiled)

@@ -16,6 +16,7 @@ import numpy as np
 from qgate.gates import Metrics, MetricsUnavailable, Verdict, gates
 from qgate.io import write_text
 from qgate.params import Params
+from qgate.plots import sensitivity_figure, svg_text
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,7 @@ class Section:
     tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
     figures: list[tuple[str, str, bytes]] = field(default_factory=list)  # (caption, svg text, png bytes)
     code: str = ""
+    code_collapsed: bool = False  # long blocks (the whole params.yaml) fold away in markdown
 
 
 def build(params: Params, verdicts: list[Verdict], params_text: str) -> tuple[str, list[Section]]:
@@ -37,8 +39,10 @@ def build(params: Params, verdicts: list[Verdict], params_text: str) -> tuple[st
     failed = [v for v in verdicts if not v.passed]
     verdict = (f"FAIL: {len(failed)} of {len(verdicts)} gates failed ({', '.join(v.gate for v in failed)})" if failed
                else f"PASS: all {len(verdicts)} gates passed")
-    sections = [_results(metrics), _gates(params, verdicts), _divergence(metrics), _per_class(metrics),
-                _bad_cases(metrics), Section("Params used", ["`params.yaml` as judged:"], code=params_text)]
+    sections = [_results(metrics), _gates(params, verdicts), _autofix(metrics), _divergence(metrics),
+                _per_class(metrics),
+                _bad_cases(metrics), Section("Params used", ["`params.yaml` as judged:"], code=params_text,
+                        code_collapsed=True)]
     return verdict, sections
 
 
@@ -69,6 +73,13 @@ def _results(m: Metrics) -> Section:
                  _num(_get(m, int8, "map50_95")), _num(_get(m, int8, "map50")),
                  _num(_get(m, bench, "int8_latency_ms"), 2), _num(_get(m, bench, "int8_fps"), 1),
                  _num(_get(m, bench, "int8_size_mb"), 2)])
+    fix = p.autofix.metrics
+    if _get(m, fix, "needed"):
+        rows.append([f"INT8 fixed (autofix: {_num(_get(m, fix, 'ops_float_added'))} more ops float)",
+                     f"int8 + float (at {_num(_get(m, int8, 'inference_precision'))})",
+                     _num(_get(m, fix, "fixed_map50_95")), _num(_get(m, fix, "fixed_map50")),
+                     _num(_get(m, bench, "fixed_latency_ms"), 2), _num(_get(m, bench, "fixed_fps"), 1),
+                     _num(_get(m, bench, "fixed_size_mb"), 2)])
     bf16 = ("BF16 is not supported by this CPU, so there is no BF16 row; `bf16` requests would run f32 here."
             if _get(m, bench, "bf16_supported") == 0 else "")
     notes = [
@@ -119,6 +130,35 @@ def _divergence(m: Metrics) -> Section:
     return Section("Where INT8 diverges", text, [(header, table)], [figure])
 
 
+def _autofix(m: Metrics) -> Section:
+    """The suggested fix: how far down the sensitivity ranking is enough, and the block to paste."""
+    p = m.params
+    try:
+        needed = m.value(p.autofix.metrics, "needed")
+        ranking, steps, block = m.read(p.sensitivity.csv), m.read(p.autofix.steps), m.read(p.autofix.scope)
+        m.value(p.sensitivity.metrics, "model_sha256")
+    except MetricsUnavailable as exc:
+        return Section("Sensitivity and autofix", [str(exc)])
+    if not needed:
+        text = [f"The plain INT8 model is within `autofix.target_drop` {p.autofix.target_drop}: nothing to fix."]
+    else:
+        text = [f"Quantizer groups reverted to float in sensitivity order (each evaluation is a real mixed-precision "
+                f"model scored on the whole `{p.baseline.split}` split), until the mAP50-95 drop is within "
+                f"`autofix.target_drop` {p.autofix.target_drop}. Evaluation images/s is the scoring loop's rate "
+                "(decode and NMS included), not benchmark_app's."]
+    header = ["#", "tried", "groups float", "ops float", "mAP50-95", "drop", "within target", "eval images/s"]
+    table = [[s["evaluation"], s.get("tried", ""), s["groups_float"], s["ops_float"], s["map50_95"],
+              s["map50_95_drop"], "yes" if s["within_target"] == "1" else "no", s["images_per_second"]] for s in steps]
+    rank_header = ["rank", "quantizer", "ops", "error removed (mean)", "worst case", "clip share"]
+    rank_rows = [[r["rank"], f"`{r['first_op']}`" + (f" +{int(r['ops']) - 1}" if int(r["ops"]) > 1 else ""),
+                  r["ops"], r["error_removed_mean"], r["error_removed_worst"], _share(r["clip_error_share"])]
+                 for r in ranking[: p.sensitivity.top_k]]
+    tables = ([(header, table)] if table else []) + [(rank_header, rank_rows)]
+    figures = [_figure(sensitivity_figure(ranking[: p.sensitivity.top_k]), "Sensitivity: INT8 output error removed "
+                       "per quantizer group in float")] if ranking else []
+    return Section("Sensitivity and autofix", text, tables, figures, code=block)
+
+
 def _share(value: str | None) -> str:
     return f"{100 * float(value):.0f}%" if value not in (None, "") else ""
 
@@ -160,13 +200,9 @@ def _bad_cases(m: Metrics) -> Section:
 
 
 def _figure(fig, caption: str) -> tuple[str, str, bytes]:
-    svg, png = io.StringIO(), io.BytesIO()
-    fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})  # same input, same bytes
+    png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    text = svg.getvalue()
+    text = svg_text(fig)
     return caption, text[text.index("<svg"):], png.getvalue()
 
 
@@ -209,7 +245,8 @@ def render_markdown(verdict: str, sections: list[Section], files_dir: Path) -> t
     for section in sections:
         lines += [f"## {section.title}", ""]
         for paragraph in section.paragraphs:
-            lines += [paragraph, ""]
+            text, _, block = paragraph.partition("\n")  # a gate message's suggested scope follows its first line
+            lines += [text, ""] + (["```yaml", block.rstrip(), "```", ""] if block else [])
         for header, rows in section.tables:
             lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
@@ -219,8 +256,9 @@ def render_markdown(verdict: str, sections: list[Section], files_dir: Path) -> t
             files[name] = png
             lines += [f"![{caption}]({files_dir.name}/{name})", ""]
         if section.code:
-            lines += ["<details><summary>params.yaml</summary>", "", "```yaml", section.code.rstrip(), "```", "",
-                      "</details>", ""]
+            block = ["```yaml", section.code.rstrip(), "```", ""]
+            lines += (["<details><summary>params.yaml</summary>", "", *block, "</details>", ""]
+                      if section.code_collapsed else block)
     return "\n".join(lines), files
 
 
@@ -228,9 +266,10 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")[:40]
 
 
-CSS = """body{font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
-color:#222}h1{font-size:1.6em;padding:.5em .8em;border-radius:6px}h1.pass{background:#e6f4ea;color:#137333}
-h1.fail{background:#fce8e6;color:#a50e0e}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+CSS = """body{font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#222}h1{font-size:1.6em;padding:.5em .8em;border-radius:6px}
+h1.pass{background:#e6f4ea;color:#137333}h1.fail{background:#fce8e6;color:#a50e0e}
+h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px solid #ddd;padding:.3em .6em;
 text-align:left;vertical-align:top}th{background:#f4f4f4}td.fail{color:#a50e0e;font-weight:600}td.pass{color:#137333}
 code{background:#f4f4f4;padding:0 .25em;border-radius:3px;font-size:.9em}pre{background:#f7f7f7;padding:1em;
@@ -247,7 +286,10 @@ def render_html(verdict: str, sections: list[Section]) -> str:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
         failure = section.title == "Gates"
         for paragraph in section.paragraphs:
-            parts.append(f"<p class='{'failure' if failure else ''}'>{_inline(paragraph)}</p>")
+            text, _, block = paragraph.partition("\n")
+            parts.append(f"<p class='{'failure' if failure else ''}'>{_inline(text)}</p>")
+            if block:
+                parts.append(f"<pre>{html.escape(block)}</pre>")
         for header, rows in section.tables:
             parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
             for row in rows:

@@ -93,7 +93,7 @@ def _capture(params: Params, core: ov.Core, fp32: ov.Model, int8: ov.Model, keys
     position = {key: n_outputs + i for i, key in enumerate(keys)}
     quantizers = activation_quantizers(int8)
     output_stats, instrumentation_sq = LayerStats(), [0.0, 0.0]
-    for path in tqdm(images, desc="divergence", unit="img", leave=False):
+    for path in tqdm(images, desc="divergence", unit="img", leave=False, disable=None):
         tensor = image_tensor(path, params.model.imgsz)
         # share_outputs: views of the requests' own buffers; copies would double the peak memory at 640 px
         ref = fp32_c(tensor, share_outputs=True).to_tuple()

@@ -21,7 +21,8 @@ PIPELINE_FILES = [
     "metrics/export_record.json", "metrics/baseline.json", "metrics/baseline_per_class.json",
     "metrics/quantize.json", "metrics/int8_record.json", "metrics/int8.json", "metrics/int8_per_class.json",
     "metrics/benchmark.json", "metrics/divergence.json", "reports/precision_table.csv", "reports/divergence.csv",
-    "reports/bad_cases.csv",
+    "reports/bad_cases.csv", "metrics/sensitivity.json", "reports/sensitivity.csv", "metrics/autofix.json",
+    "reports/autofix_steps.csv", "reports/autofix_scope.yaml",
 ]
 ALL_GATES = [
     "accuracy_map50_95_drop", "speed_speedup", "drift_output_sqnr", "drift_nan_inf", "drift_layers_below_floor",
@@ -112,7 +113,8 @@ BREAKS = [
      ["nan_inf_layers = 3 violates limit <= 0", "nan_inf > 0"]),
     ("drift_layers_below_floor", lambda p: edit_json(p, "metrics/divergence.json", layers_below_sqnr_floor=200),
      ["= 200 violates limit <= 80", "first divergent layer"]),
-    ("structure_op_inventory", lambda p: edit_json(p, "metrics/int8_record.json", fp32_ops_missing=["/model.9/m/MaxPool"]),
+    ("structure_op_inventory",
+     lambda p: edit_json(p, "metrics/int8_record.json", fp32_ops_missing=["/model.9/m/MaxPool"]),
      ["= 1 violates limit <= 0", "/model.9/m/MaxPool"]),
     ("structure_quantized", lambda p: edit_json(p, "metrics/quantize.json", fake_quantize_count=0),
      ["fake_quantize_count = 0 violates limit >= 1", "quantize.ignored_scope"]),

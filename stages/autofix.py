@@ -1,0 +1,218 @@
+"""Put the top-ranked quantizer groups back in float until the INT8 mAP50-95 drop is within `autofix.target_drop`."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import openvino as ov
+import yaml
+
+from qgate.cli import run_stage
+from qgate.errors import QgateError
+from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
+from qgate.mixed import ignored_names, quantizer_groups, revert
+from qgate.params import Params
+from qgate.pipeline import INT8_IR_NAME, evaluate_ir, export_record, fp32_ir, int8_ir_sha256, require_int8_ir
+
+log = logging.getLogger(__name__)
+
+STEP_COLUMNS = ["evaluation", "tried", "groups_float", "ops_float", "map50_95", "map50", "map50_95_drop",
+                "within_target", "images_per_second"]
+
+
+def main(params: Params) -> dict:
+    """Search the shortest prefix of the sensitivity ranking that meets the target; write the fixed IR and scope."""
+    cfg = params.autofix
+    for output in (cfg.metrics, cfg.steps, cfg.scope):
+        Path(output).unlink(missing_ok=True)
+    record = export_record(params)
+    int8_path = require_int8_ir(params)
+    int8_metrics = read_json(params.int8_eval.metrics)
+    baseline = int8_metrics["baseline_map50_95"]
+    start = time.perf_counter()
+    needed = int8_metrics["map50_95_drop"] > cfg.target_drop
+    if not needed:
+        log.info("autofix: the plain INT8 model is within target (drop %.4f <= %.4f); nothing to fix",
+                 int8_metrics["map50_95_drop"], cfg.target_drop)
+        _save_copy(int8_path.parent, Path(cfg.out_dir))
+        steps, names = [], []
+        best = {"map50_95": int8_metrics["map50_95"], "map50": int8_metrics["map50"],
+                "map50_95_drop": int8_metrics["map50_95_drop"], "within_target": 1}
+    else:
+        order = ranking(params)
+        core = ov.Core()
+        fp32, int8 = core.read_model(fp32_ir(params)), core.read_model(int8_path)
+        groups = quantizer_groups(int8)
+        search = Search(params, record, fp32, int8, groups, order, baseline)
+        chosen, best = search.run()
+        steps, names = search.steps, ignored_names(groups, set(chosen))
+        revert_and_save(int8, fp32, groups, set(chosen), Path(cfg.out_dir))
+    write_csv(cfg.steps, steps, STEP_COLUMNS)
+    write_text(cfg.scope, scope_block(params, names, best, baseline))
+    metrics = {
+        "needed": int(needed),
+        "reached": int(best["within_target"]),
+        "target_drop": cfg.target_drop,
+        "groups_float": len(chosen) if needed else 0,
+        "ops_float_added": len(names),
+        "evaluations": len(steps),
+        "fixed_map50_95": best["map50_95"],
+        "fixed_map50": best["map50"],
+        "fixed_map50_95_drop": best["map50_95_drop"],
+        "seconds": round(time.perf_counter() - start, 2),
+        "model_sha256": record["model_sha256"],
+        "int8_ir_bin_sha256": int8_ir_sha256(params),
+        "fixed_ir_bin_sha256": sha256_file((Path(cfg.out_dir) / INT8_IR_NAME).with_suffix(".bin")),
+    }
+    write_json(cfg.metrics, metrics)
+    return metrics
+
+
+def ranking(params: Params) -> list[int]:
+    """Group indices from the sensitivity ranking, best first; an error when there is nothing to rank."""
+    with open(params.sensitivity.csv) as handle:
+        order = [int(row["group"]) for row in csv.DictReader(handle)]
+    if not order:
+        raise QgateError(f"{params.sensitivity.csv}: no ranked quantizer group (no bad case changed between FP32 "
+                         f"and INT8 at int8_eval.bad_case_conf {params.int8_eval.bad_case_conf}); lower that "
+                         "threshold so the sensitivity stage has images to rank on")
+    return order
+
+
+class Search:
+    """Doubling then bisection over how many top-ranked groups go float, then pruning; each step a real evaluation."""
+
+    def __init__(self, params: Params, record: dict, fp32, int8, groups, order: list[int], baseline: float):
+        self.params, self.fp32, self.int8, self.groups, self.order = params, fp32, int8, groups, order
+        self.baseline, self.record = baseline, record
+        self.steps: list[dict] = []
+
+    def run(self) -> tuple[list[int], dict]:
+        """The chosen groups and the best evaluation (the first within target, else the lowest drop)."""
+        target, total = self.params.autofix.target_drop, len(self.order)
+        if target < 0:  # every group float computes FP32's output, so drop 0 is the floor: show it, stop
+            log.warning("autofix.target_drop %.4f < 0 cannot be reached even with every group in float", target)
+            return self.order, self.evaluate(self.order, f"all {total} groups")
+        passing = self._shortest_prefix()
+        if passing is None:
+            best = min(self.steps, key=lambda s: s["map50_95_drop"])
+            log.warning("autofix: %d evaluations spent without reaching the target; best drop %.4f",
+                        len(self.steps), best["map50_95_drop"])
+            return self.order[: best["groups_float"]], best
+        return self._prune(self.order[:passing], next(s for s in self.steps if s["groups_float"] == passing))
+
+    def _shortest_prefix(self) -> int | None:
+        """Doubling, then bisection: the fewest top-ranked groups whose float version is within target."""
+        total, failing, passing, k = len(self.order), 0, None, 1
+        while passing is None and self._budget_left():
+            k = min(k, total)
+            if self.evaluate(self.order[:k], f"top {k}")["within_target"]:
+                passing = k
+            elif k == total:
+                return None
+            else:
+                failing, k = k, k * 2
+        while passing is not None and passing - failing > 1 and self._budget_left():
+            middle = (failing + passing) // 2
+            if self.evaluate(self.order[:middle], f"top {middle}")["within_target"]:
+                passing = middle
+            else:
+                failing = middle
+        return passing
+
+    def _prune(self, chosen: list[int], best: dict) -> tuple[list[int], dict]:
+        """Put chosen groups back to int8 one at a time (largest, then lowest ranked, first) while within target.
+
+        The ranking is measured on a few bad cases; a prefix can carry groups that do not matter on the
+        whole split, and each one left in float costs speed.
+        """
+        # the last group added is what made the prefix pass; the biggest groups save the most ops
+        candidates = sorted(chosen[:-1], key=lambda g: (-len(self.groups[g].ops), -chosen.index(g)))
+        for group in candidates:
+            if not self._budget_left():
+                break
+            trial = [g for g in chosen if g != group]
+            step = self.evaluate(trial, f"without {self.groups[group].ops[0]}")
+            if step["within_target"]:
+                chosen, best = trial, step
+        return chosen, best
+
+    def _budget_left(self) -> bool:
+        return len(self.steps) < self.params.autofix.max_evaluations
+
+    def evaluate(self, selected: list[int], tried: str) -> dict:
+        """Real mAP of the INT8 model with `selected` groups in float (compiled as a true mixed-precision model)."""
+        chosen = set(selected)
+        result, _ = evaluate_ir(self.params, revert(self.int8, self.fp32, self.groups, chosen), self.record)
+        drop = round(self.baseline - result.map50_95, 5)
+        step = {"evaluation": len(self.steps) + 1, "tried": tried, "groups_float": len(chosen),
+                "ops_float": len(ignored_names(self.groups, chosen)), "map50_95": round(result.map50_95, 5),
+                "map50": round(result.map50, 5), "map50_95_drop": drop,
+                "within_target": int(drop <= self.params.autofix.target_drop),
+                "images_per_second": round(result.images_per_second, 1)}
+        log.info("autofix step %d (%s): %d groups float (%d ops): mAP50-95 %.4f, drop %.4f", step["evaluation"],
+                 tried, len(chosen), step["ops_float"], result.map50_95, drop)
+        self.steps.append(step)
+        return step
+
+
+def revert_and_save(int8, fp32, groups, selected: set[int], out_dir: Path) -> None:
+    """Save the INT8 model with `selected` groups in float, atomically (folder renamed into place)."""
+    model = revert(int8, fp32, groups, selected)
+    staging = _staging(out_dir)
+    try:
+        ov.save_model(model, staging / INT8_IR_NAME, compress_to_fp16=False)
+        _replace(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _save_copy(source: Path, out_dir: Path) -> None:
+    staging = _staging(out_dir)
+    try:
+        for suffix in (".xml", ".bin"):
+            name = Path(INT8_IR_NAME).with_suffix(suffix)
+            shutil.copy(source / name, staging / name)
+        _replace(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _staging(out_dir: Path) -> Path:
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+
+
+def _replace(staging: Path, out_dir: Path) -> None:
+    shutil.rmtree(out_dir, ignore_errors=True)
+    staging.rename(out_dir)
+
+
+def scope_block(params: Params, names: list[str], best: dict, baseline: float) -> str:
+    """The `quantize.ignored_scope` block to paste into params.yaml: the current entries plus the new names."""
+    scope = params.quantize.ignored_scope
+    block = {"ignored_scope": {
+        "names": list(dict.fromkeys([*scope.names, *names])), "patterns": list(scope.patterns),
+        "types": list(scope.types),
+        "subgraphs": [{"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in scope.subgraphs]}}
+    if best["map50_95"] is None:
+        reached = "autofix evaluated nothing"
+    else:
+        reached = (f"autofix measured mAP50-95 {best['map50_95']:.4f} (drop {best['map50_95_drop']:.4f} from FP32 "
+                   f"{baseline:.4f}) with {len(names)} more ops in float")
+    verdict = "within" if best["within_target"] else "NOT within"
+    header = (f"# Paste under `quantize:` in params.yaml (replacing its ignored_scope).\n# {reached}: {verdict} "
+              f"autofix.target_drop {params.autofix.target_drop}.\n")
+    if not names:
+        header = f"# Nothing to add: the current quantize.ignored_scope already meets the target.\n# {reached}.\n"
+    body = yaml.safe_dump(block, sort_keys=False, default_flow_style=False)
+    return header + "".join(f"  {line}\n" for line in body.splitlines())
+
+
+if __name__ == "__main__":
+    run_stage(main, __doc__)
