@@ -19,7 +19,9 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import yaml
 
@@ -39,7 +41,7 @@ from stages import quantize  # noqa: E402
 from stages.benchmark import run_benchmark_app  # noqa: E402
 
 
-def _reference_params(params: Params, reference: Path, work: Path) -> Params:
+def reference_params(params: Params, reference: Path, work: Path) -> Params:
     """The repository's params pointed at the reference case: COCO128 has no calib split, so train (= val)."""
     model = dataclasses.replace(params.model, weights=str(reference / "models" / "yolov8n.pt"),
                                 dataset=str(reference / "data" / "coco128.yaml"), imgsz=640)
@@ -122,9 +124,10 @@ def median_fps(irs: list[Path], params: Params, work: Path) -> list[float]:
     return [statistics.median(s) for s in samples]
 
 
-def main() -> None:
-    """Build the three INT8 models, then score and time each next to the FP32 IR."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@contextmanager
+def benchmark_case(description: str) -> Iterator[tuple[Params, Path]]:
+    """Parse `--reference`; yield the params (the demo's, or the exported reference case's) and a work folder."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--reference", type=Path, help="a reference case folder (models/yolov8n.pt, data/coco128)")
     args = parser.parse_args()
     offline.ultralytics_settings_off()
@@ -132,10 +135,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.reference:
-            params = _reference_params(params, args.reference.resolve(), work)
+            params = reference_params(params, args.reference.resolve(), work)
             from stages import export
 
             export.main(params)
+        yield params, work
+
+
+def main() -> None:
+    """Build the three INT8 models, then score and time each next to the FP32 IR."""
+    with benchmark_case(__doc__.splitlines()[0]) as (params, work):
         rows = [("FP32 IR (no quantization)", fp32_ir(params), 0.0)]
         for name, build in (("qgate quantize (defaults)", run_qgate), ("ultralytics export int8", run_ultralytics),
                             ("nncf accuracy control 0.01", run_accuracy_control)):

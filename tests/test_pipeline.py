@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from contextlib import contextmanager
 
 import pytest
 
@@ -58,30 +59,31 @@ def test_second_repro_runs_nothing(repro):
     assert "Running stage" not in again.stdout, again.stdout
 
 
-def test_changing_a_benchmark_param_stales_only_benchmark(repro):
+@contextmanager
+def _edited_params(old: str, new: str):
+    """params.yaml with its first `old` replaced by `new` inside the block, restored after it."""
     params_file = ROOT / "params.yaml"
     original = params_file.read_text()
+    assert old in original, f"{old!r} not found in params.yaml"
     try:
-        params_file.write_text(original.replace("  seconds: 10\n", "  seconds: 11\n", 1))
-        assert params_file.read_text() != original, "benchmark.seconds not found in params.yaml"
-        status = _dvc("status", "--json")
+        params_file.write_text(original.replace(old, new, 1))
+        yield
     finally:
         params_file.write_text(original)
+
+
+def test_changing_a_benchmark_param_stales_only_benchmark(repro):
+    with _edited_params("  seconds: 10\n", "  seconds: 11\n"):
+        status = _dvc("status", "--json")
     assert status.returncode == 0, status.stderr
     assert list(json.loads(status.stdout)) == ["benchmark"], status.stdout
 
 
 def test_a_tightened_gate_fails_make_gate_and_reruns_no_stage(repro):
     """The issue's acceptance: `gates.max_map50_95_drop: 0.0` fails, restoring passes, no stage is stale."""
-    params_file = ROOT / "params.yaml"
-    original = params_file.read_text()
-    try:
-        params_file.write_text(original.replace("  max_map50_95_drop: 0.01 ", "  max_map50_95_drop: 0.0 ", 1))
-        assert params_file.read_text() != original, "gates.max_map50_95_drop not found in params.yaml"
+    with _edited_params("  max_map50_95_drop: 0.01 ", "  max_map50_95_drop: 0.0 "):
         status = _dvc("status", "--json")
         tightened = _make("gate")
-    finally:
-        params_file.write_text(original)
     assert json.loads(status.stdout or "{}") == {}, status.stdout
     assert tightened.returncode != 0
     assert "FAILED gates/test_gates.py::test_gate[accuracy_map50_95_drop]" in tightened.stdout
