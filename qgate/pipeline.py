@@ -34,6 +34,14 @@ def fixed_ir(params: Params) -> Path:
     return Path(params.autofix.out_dir) / INT8_IR_NAME
 
 
+def require_output(path: str | Path, stage: str) -> Path:
+    """An upstream stage's output; an error saying which stage to run when it is missing."""
+    path = Path(path)
+    if not path.is_file():
+        raise QgateError(f"{path}: missing; run `dvc repro {stage}`")
+    return path
+
+
 def require_int8_ir(params: Params) -> Path:
     """The INT8 IR's path; an error saying which stage to run when it is missing."""
     path = int8_ir(params)

@@ -17,7 +17,8 @@ from qgate.errors import QgateError
 from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
 from qgate.mixed import ignored_names, quantizer_groups, revert
 from qgate.params import Params
-from qgate.pipeline import INT8_IR_NAME, evaluate_ir, export_record, fp32_ir, int8_ir_sha256, require_int8_ir
+from qgate.pipeline import (INT8_IR_NAME, evaluate_ir, export_record, fp32_ir, int8_ir_sha256, require_int8_ir,
+                            require_output)
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def main(params: Params) -> dict:
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
     int8_path = require_int8_ir(params)
-    int8_metrics = read_json(params.int8_eval.metrics)
+    int8_metrics = read_json(require_output(params.int8_eval.metrics, "int8_eval"))
     baseline = int8_metrics["baseline_map50_95"]
     start = time.perf_counter()
     needed = int8_metrics["map50_95_drop"] > cfg.target_drop
@@ -75,7 +76,7 @@ def main(params: Params) -> dict:
 
 def ranking(params: Params) -> list[int]:
     """Group indices from the sensitivity ranking, best first; an error when there is nothing to rank."""
-    with open(params.sensitivity.csv) as handle:
+    with open(require_output(params.sensitivity.csv, "sensitivity")) as handle:
         order = [int(row["group"]) for row in csv.DictReader(handle)]
     if not order:
         raise QgateError(f"{params.sensitivity.csv}: no ranked quantizer group (no bad case changed between FP32 "

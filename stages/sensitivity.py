@@ -17,7 +17,8 @@ from qgate.evaluator import Postprocess, decode, image_tensor, to_coco
 from qgate.io import write_csv, write_json, write_text
 from qgate.mixed import SWITCH_INPUT, Group, quantizer_groups, revert
 from qgate.params import Params
-from qgate.pipeline import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
+from qgate.pipeline import (export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir,
+                            require_output)
 from qgate.plots import sensitivity_figure, svg_text
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def main(params: Params) -> dict:
 def bad_case_images(params: Params, record: dict) -> list[Path]:
     """The worst `sensitivity.images` images of int8_eval's bad cases that changed at all (disagreement > 0)."""
     by_name = {p.name: p for p in split_images(model_dataset(params, record), params.baseline.split)}
-    with open(params.int8_eval.bad_cases) as handle:
+    with open(require_output(params.int8_eval.bad_cases, "int8_eval")) as handle:
         rows = [r for r in csv.DictReader(handle) if float(r["disagreement"]) > 0 and r["file_name"] in by_name]
     return [by_name[r["file_name"]] for r in rows[: params.sensitivity.images]]
 

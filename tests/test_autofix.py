@@ -78,6 +78,16 @@ def test_zero_bad_cases_ranks_nothing_and_autofix_then_says_why(tmp_path, evalua
                                               "int8_eval.bad_case_conf"], "metrics/autofix.json")
 
 
+def test_missing_inputs_name_the_stage_to_run(tmp_path, evaluated_project, tiny_weights):
+    project = copy_project(evaluated_project, tmp_path, tiny_weights)  # no reports/: no bad cases, no ranking
+    assert_fails_cleanly("sensitivity", project, ["reports/bad_cases.csv", "dvc repro int8_eval"],
+                         "metrics/sensitivity.json")
+    int8 = _json(project, "metrics/int8.json")
+    (project / "metrics/int8.json").write_text(json.dumps({**int8, "map50_95_drop": 0.5}))
+    assert_fails_cleanly("autofix", project, ["reports/sensitivity.csv", "dvc repro sensitivity"],
+                         "metrics/autofix.json")
+
+
 def test_a_zero_evaluation_budget_is_a_params_error(tmp_path, evaluated_project, tiny_weights):
     project = copy_project(evaluated_project, tmp_path, tiny_weights, autofix__max_evaluations=0)
     result = stage("autofix", project)
