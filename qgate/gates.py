@@ -143,7 +143,7 @@ def judge(gate: Gate, metrics: Metrics) -> Verdict:
     try:
         value, passed, hint = gate.judge(metrics, gate.limit)
     except MetricsUnavailable as exc:
-        return Verdict(gate.name, gate.metric, "unavailable", _fmt(gate.limit), False, f"{gate.name}: {exc}")
+        return Verdict(gate.name, gate.metric, "unavailable", _limit_text(gate), False, f"{gate.name}: {exc}")
     relation = "within" if passed else "violates"
     message = f"{gate.name}: {gate.metric} = {_fmt(value)} {relation} limit {_limit_text(gate)}"
     if not passed:
