@@ -88,19 +88,16 @@ class Metrics:
                                      f"re-run {self.rerun(path)}") from exc
 
     def _check_current(self, path: str, data: dict) -> None:
-        record_path, quantize_path = self.params.export.record, self.params.quantize.metrics
-        if path != record_path and "model_sha256" in data:
-            expected = self.value(record_path, "model_sha256")
-            if data["model_sha256"] != expected:
-                raise MetricsUnavailable(
-                    f"{path} is stale: measured on model {str(data['model_sha256'])[:12]}, but {record_path} is "
-                    f"model {str(expected)[:12]}; re-run {self.rerun(path)}")
-        if path != quantize_path and "int8_ir_bin_sha256" in data:
-            expected = self.value(quantize_path, "int8_ir_bin_sha256")
-            if data["int8_ir_bin_sha256"] != expected:
-                raise MetricsUnavailable(
-                    f"{path} is stale: measured on INT8 IR {str(data['int8_ir_bin_sha256'])[:12]}, but "
-                    f"{quantize_path} wrote {str(expected)[:12]}; re-run {self.rerun(path)}")
+        # (hash key, the file that owns it, what the hash names, how that file states it)
+        owners = [("model_sha256", self.params.export.record, "model", "is model"),
+                  ("int8_ir_bin_sha256", self.params.quantize.metrics, "INT8 IR", "wrote")]
+        for key, owner, what, states in owners:
+            if path == owner or key not in data:
+                continue
+            expected = self.value(owner, key)
+            if data[key] != expected:
+                raise MetricsUnavailable(f"{path} is stale: measured on {what} {str(data[key])[:12]}, but {owner} "
+                                         f"{states} {str(expected)[:12]}; re-run {self.rerun(path)}")
 
 
 @dataclass(frozen=True)
@@ -151,9 +148,9 @@ def judge(gate: Gate, metrics: Metrics) -> Verdict:
     return Verdict(gate.name, gate.metric, _fmt(value), _limit_text(gate), passed, message)
 
 
-def judge_all(params: Params) -> list[Verdict]:
-    """Verdicts of every active gate, sharing one read of each metrics file."""
-    metrics = Metrics(params)
+def judge_all(params: Params, metrics: Metrics | None = None) -> list[Verdict]:
+    """Verdicts of every active gate, sharing one read of each metrics file (`metrics`, when given)."""
+    metrics = metrics or Metrics(params)
     return [judge(gate, metrics) for gate in active_gates(params)]
 
 

@@ -33,9 +33,9 @@ class Section:
     code_collapsed: bool = False  # long blocks (the whole params.yaml) fold away in markdown
 
 
-def build(params: Params, verdicts: list[Verdict], params_text: str) -> tuple[str, list[Section]]:
+def build(metrics: Metrics, verdicts: list[Verdict], params_text: str) -> tuple[str, list[Section]]:
     """The verdict line and the sections, from whatever metrics exist (missing ones show as 'missing')."""
-    metrics = Metrics(params)
+    params = metrics.params
     failed = [v for v in verdicts if not v.passed]
     verdict = (f"FAIL: {len(failed)} of {len(verdicts)} gates failed ({', '.join(v.gate for v in failed)})" if failed
                else f"PASS: all {len(verdicts)} gates passed")
@@ -328,9 +328,10 @@ def _inline(text: str) -> str:
     return "".join(out)
 
 
-def write_report(params: Params, verdicts: list[Verdict], params_path: Path) -> str:
+def write_report(metrics: Metrics, verdicts: list[Verdict], params_path: Path) -> str:
     """Write report.md (+ its PNGs) and report.html; append the markdown to $GITHUB_STEP_SUMMARY in CI."""
-    verdict, sections = build(params, verdicts, params_path.read_text())
+    params = metrics.params
+    verdict, sections = build(metrics, verdicts, params_path.read_text())
     md_path = Path(params.gates.report_md)
     files_dir = md_path.with_name(md_path.stem + "_files")
     text, files = render_markdown(verdict, sections, files_dir)
@@ -362,8 +363,9 @@ def main(params_path: str) -> int:
     from qgate.params import load_params
 
     params = load_params(params_path)
-    verdicts = judge_all(params)
-    verdict = write_report(params, verdicts, Path(params_path))
+    metrics = Metrics(params)  # one read of each file serves the gates and the report
+    verdicts = judge_all(params, metrics)
+    verdict = write_report(metrics, verdicts, Path(params_path))
     print(verdict_table(verdicts))
     print(f"\n{verdict}\nreport: {params.gates.report_md}, {params.gates.report_html}")
     return int(any(not v.passed for v in verdicts))
