@@ -1,107 +1,115 @@
 """Mixed precision by graph surgery: put chosen quantizer groups of an NNCF INT8 IR back in float.
 
-A group is one activation FakeQuantize with every op it feeds (through ops that keep int8, as in
-`precision.upstream_quantizers`) and those ops' int8 weights and corrected biases. Reverting a group
-bypasses the FakeQuantize and restores the FP32 IR's weights and biases: what NNCF produces when
-those ops are in its ignored scope, up to the bias correction of their neighbours. With every group
-reverted, the model computes exactly the FP32 IR's output.
+A group is a set of activation FakeQuantize ops with every op they feed (through ops that keep int8,
+as in `precision.upstream_quantizers`) and those ops' int8 weights and corrected biases; quantizers that
+feed a common op share a group, as an op only runs in float once all its inputs are float (an ignored-scope
+entry removes them all; NNCF groups its quantizers the same way). Reverting a group bypasses its
+FakeQuantize ops and restores the FP32 IR's weights and biases: what NNCF produces when those ops are
+in its ignored scope, up to the bias correction of their neighbours. With every group reverted, the
+model computes exactly the FP32 IR's output.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import openvino as ov
 import openvino.opset13 as opset
 
 from qgate.precision import SKIPPED_TYPES, WEIGHTED_TYPES, upstream_quantizers, weight_quantizer
 
-SWITCH_INPUT = "qgate_float_groups"
-
 
 @dataclass(frozen=True)
 class Group:
-    """One activation quantizer and the ops that read its int8 output; `weighted` own their weights here."""
+    """Activation quantizers and the ops that read their int8 outputs; `weighted` are those ops with int8 weights."""
 
-    quantizer: str
+    quantizers: tuple[str, ...]
     ops: tuple[str, ...]
     weighted: tuple[str, ...]
 
 
 def quantizer_groups(int8: ov.Model) -> list[Group]:
-    """Every activation FakeQuantize of the INT8 IR, in graph order, with the ops it feeds."""
-    consumers: dict[str, list[str]] = {}
-    owned: dict[str, list[str]] = {}
+    """The activation FakeQuantize ops of the INT8 IR joined by shared readers, in graph order, with their ops."""
+    readers: dict[str, list[str]] = {}  # op -> the quantizers it reads, in graph order
+    weighted: set[str] = set()
     for op in int8.get_ordered_ops():
         kind, name = op.get_type_name(), op.get_friendly_name()
         if kind in SKIPPED_TYPES:
             continue
-        weighted = kind in WEIGHTED_TYPES
-        sources = [op.input_value(i).get_node() for i in range(op.get_input_size()) if not (weighted and i == 1)]
+        has_weights = kind in WEIGHTED_TYPES
+        sources = [op.input_value(i).get_node() for i in range(op.get_input_size()) if not (has_weights and i == 1)]
         quantizers = list(dict.fromkeys(fq.get_friendly_name() for s in sources for fq in upstream_quantizers(s)))
+        if quantizers:
+            readers[name] = quantizers
+            if has_weights and weight_quantizer(op.input_value(1).get_node()) is not None:
+                weighted.add(name)
+    root = _union(readers.values())
+    members: dict[str, list[str]] = {}
+    for quantizers in readers.values():
         for fq in quantizers:
-            consumers.setdefault(fq, []).append(name)
-        if weighted and quantizers and weight_quantizer(op.input_value(1).get_node()) is not None:
-            owned.setdefault(quantizers[0], []).append(name)  # one owner, so one switch decides the weights
-    return [Group(fq, tuple(ops), tuple(owned.get(fq, ()))) for fq, ops in consumers.items()]
+            members.setdefault(root(fq), [])
+            if fq not in members[root(fq)]:
+                members[root(fq)].append(fq)
+    ops: dict[str, list[str]] = {}
+    for name, quantizers in readers.items():
+        ops.setdefault(root(quantizers[0]), []).append(name)
+    return [Group(tuple(members[r]), tuple(ops[r]), tuple(n for n in ops[r] if n in weighted)) for r in members]
 
 
-def revert(int8: ov.Model, fp32: ov.Model, groups: list[Group], selected: set[int] | None = None) -> ov.Model:
-    """A copy of `int8` with groups back in float.
+def _union(sets) -> Callable[[str], str]:
+    """Union-find over names: `root(name)` is the same for every name linked through a shared set."""
+    parent: dict[str, str] = {}
 
-    `selected` given: those groups are reverted for good (a real mixed-precision model to save or benchmark).
-    `selected` None: a boolean input `qgate_float_groups` [len(groups)] chooses per inference, so one
-    compiled model scores any combination (an emulation: its FakeQuantize ops run in float).
-    """
+    def root(name: str) -> str:
+        parent.setdefault(name, name)
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    for names in sets:
+        first = root(names[0])
+        for name in names[1:]:
+            other = root(name)
+            if other != first:
+                parent[other] = first
+    return root
+
+
+def revert(int8: ov.Model, fp32: ov.Model, groups: list[Group], selected: set[int]) -> ov.Model:
+    """A copy of `int8` with the `selected` groups back in float: a real mixed-precision model."""
     model = int8.clone()
     ops = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
     fp32_ops = {op.get_friendly_name(): op for op in fp32.get_ordered_ops()}
-    switch = opset.parameter([len(groups)], ov.Type.boolean, name=SWITCH_INPUT) if selected is None else None
-    for index, group in enumerate(groups):
-        if switch is None and index not in selected:
-            continue
-        condition = None if switch is None else opset.gather(switch, opset.constant(np.int64(index)),
-                                                             opset.constant(np.int64(0)))
-        fq = ops[group.quantizer]
-        _reroute(fq.output(0), fq.input_value(0), condition)
+    for index in sorted(selected):
+        group = groups[index]
+        for name in group.quantizers:
+            fq = ops[name]
+            for target in list(fq.output(0).get_target_inputs()):
+                target.replace_source_output(fq.input_value(0))
         for name in group.weighted:
-            _restore_float_inputs(ops[name], fp32_ops, condition)
-    parameters = list(model.get_parameters()) + ([switch] if switch is not None else [])
-    return ov.Model(model.get_results(), parameters, model.get_friendly_name())
+            _restore_float_inputs(ops[name], fp32_ops)
+    return ov.Model(model.get_results(), model.get_parameters(), model.get_friendly_name())
 
 
-def _reroute(quantized: ov.Output, float_value: ov.Output, condition) -> None:
-    """Make every reader of `quantized` read `float_value` (or a Select of the two on `condition`)."""
-    targets = list(quantized.get_target_inputs())
-    source = float_value if condition is None else opset.select(condition, float_value, quantized).output(0)
-    for target in targets:
-        target.replace_source_output(source)
-
-
-def _restore_float_inputs(op, fp32_ops: dict, condition) -> None:
+def _restore_float_inputs(op, fp32_ops: dict) -> None:
     """The FP32 IR's weights for `op`, and its bias (NNCF's bias correction changed it) on the Add after it."""
     reference = fp32_ops.get(op.get_friendly_name())
     if reference is None:
         return
-    _choose(op.input(1), _copy(reference.input_value(1)), condition)
+    op.input(1).replace_source_output(_copy(reference.input_value(1)))
     bias_name = op.get_friendly_name().removesuffix("/WithoutBiases")
     for target in op.output(0).get_target_inputs():
         add = target.get_node()
         if add.get_type_name() == "Add" and add.get_friendly_name() == bias_name and bias_name in fp32_ops:
-            _choose(add.input(1), _copy(fp32_ops[bias_name].input_value(1)), condition)
+            add.input(1).replace_source_output(_copy(fp32_ops[bias_name].input_value(1)))
 
 
 def _copy(value: ov.Output) -> ov.Output:
     """A constant of this model's own (a node shared between two models would tie their graphs together)."""
     node = value.get_node()
     return opset.constant(node.get_data().copy()).output(0) if node.get_type_name() == "Constant" else value
-
-
-def _choose(port: ov.Input, float_value: ov.Output, condition) -> None:
-    quantized = port.get_source_output()
-    port.replace_source_output(float_value if condition is None else
-                               opset.select(condition, float_value, quantized).output(0))
 
 
 def ignored_names(groups: list[Group], selected: set[int]) -> list[str]:

@@ -149,9 +149,9 @@ def _autofix(m: Metrics) -> Section:
     header = ["#", "tried", "groups float", "ops float", "mAP50-95", "drop", "within target", "eval images/s"]
     table = [[s["evaluation"], s.get("tried", ""), s["groups_float"], s["ops_float"], s["map50_95"],
               s["map50_95_drop"], "yes" if s["within_target"] == "1" else "no", s["images_per_second"]] for s in steps]
-    rank_header = ["rank", "quantizer", "ops", "error removed (mean)", "worst case", "clip share"]
+    rank_header = ["rank", "quantizer", "ops", "error removed", "worst case", "clip share"]
     rank_rows = [[r["rank"], f"`{r['first_op']}`" + (f" +{int(r['ops']) - 1}" if int(r["ops"]) > 1 else ""),
-                  r["ops"], r["error_removed_mean"], r["error_removed_worst"], _share(r["clip_error_share"])]
+                  r["ops"], r["error_removed"], r["error_removed_worst"], _share(r["clip_error_share"])]
                  for r in ranking[: p.sensitivity.top_k]]
     tables = ([(header, table)] if table else []) + [(rank_header, rank_rows)]
     figures = [_figure(sensitivity_figure(ranking[: p.sensitivity.top_k]), "Sensitivity: INT8 output error removed "

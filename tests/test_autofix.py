@@ -45,43 +45,32 @@ def evaluated_project(tmp_path_factory, quantized_project, tiny_weights) -> Path
     return project
 
 
-def test_sensitivity_scores_every_group_on_the_bad_cases(tmp_path, evaluated_project, tiny_weights):
+def test_sensitivity_scores_every_group_on_val_images(tmp_path, evaluated_project, tiny_weights):
     project = copy_project(evaluated_project, tmp_path, tiny_weights, sensitivity__images=2,
                            int8_eval__bad_case_conf=0.0005, baseline__conf=0.0001)
-    shutil.copytree(evaluated_project / "reports", project / "reports")
-    _run(project, "sensitivity")
+    _run(project, "sensitivity")  # needs no int8_eval output: it scores val images, not the bad cases
     metrics, rows = _json(project, "metrics/sensitivity.json"), _rows(project, "reports/sensitivity.csv")
-    assert metrics["bad_cases"] == 2 and len(rows) == metrics["groups"] > 0
+    assert metrics["images"] == 2 and len(rows) == metrics["groups"] > 0
     assert [int(r["rank"]) for r in rows] == list(range(1, len(rows) + 1))
-    means = [float(r["error_removed_mean"]) for r in rows]
-    assert means == sorted(means, reverse=True)  # values are meaningful on a trained model: see the slow tests
-    per_case = [c for c in rows[0] if c.startswith("error_removed_") and c not in ("error_removed_mean",
-                                                                                   "error_removed_worst")]
-    assert len(per_case) == 2
+    removed = [float(r["error_removed"]) for r in rows]
+    assert removed == sorted(removed, reverse=True)  # values are meaningful on a trained model: see the slow tests
+    per_image = [c for c in rows[0] if c.startswith("error_removed_") and c != "error_removed_worst"]
+    assert len(per_image) == 2
     assert (project / "reports/sensitivity.svg").read_text().startswith("<?xml")
 
 
-def test_zero_bad_cases_ranks_nothing_and_autofix_then_says_why(tmp_path, evaluated_project, tiny_weights):
+def test_an_empty_ranking_stops_autofix_saying_why(tmp_path, evaluated_project, tiny_weights):
     project = copy_project(evaluated_project, tmp_path, tiny_weights)
-    shutil.copytree(evaluated_project / "reports", project / "reports")
-    rows = _rows(project, "reports/bad_cases.csv")
-    with open(project / "reports/bad_cases.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows({**r, "disagreement": 0.0} for r in rows)
-    _run(project, "sensitivity")
-    assert _json(project, "metrics/sensitivity.json")["bad_cases"] == 0
-    assert _rows(project, "reports/sensitivity.csv") == []
+    (project / "reports").mkdir()
+    (project / "reports/sensitivity.csv").write_text("rank,group,quantizer\n")  # what sensitivity writes then
     int8 = _json(project, "metrics/int8.json")
     (project / "metrics/int8.json").write_text(json.dumps({**int8, "map50_95_drop": 0.5}))  # as if INT8 broke
     assert_fails_cleanly("autofix", project, ["reports/sensitivity.csv", "no ranked quantizer group",
-                                              "int8_eval.bad_case_conf"], "metrics/autofix.json")
+                                              "sensitivity.images"], "metrics/autofix.json")
 
 
 def test_missing_inputs_name_the_stage_to_run(tmp_path, evaluated_project, tiny_weights):
-    project = copy_project(evaluated_project, tmp_path, tiny_weights)  # no reports/: no bad cases, no ranking
-    assert_fails_cleanly("sensitivity", project, ["reports/bad_cases.csv", "dvc repro int8_eval"],
-                         "metrics/sensitivity.json")
+    project = copy_project(evaluated_project, tmp_path, tiny_weights)  # no reports/: no ranking
     int8 = _json(project, "metrics/int8.json")
     (project / "metrics/int8.json").write_text(json.dumps({**int8, "map50_95_drop": 0.5}))
     assert_fails_cleanly("autofix", project, ["reports/sensitivity.csv", "dvc repro sensitivity"],
