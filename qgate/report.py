@@ -142,13 +142,16 @@ def _autofix(m: Metrics) -> Section:
     if not needed:
         text = [f"The plain INT8 model is within `autofix.target_drop` {p.autofix.target_drop}: nothing to fix."]
     else:
-        text = [f"Quantizer groups reverted to float in sensitivity order (each evaluation is a real mixed-precision "
-                f"model scored on the whole `{p.baseline.split}` split), until the mAP50-95 drop is within "
-                f"`autofix.target_drop` {p.autofix.target_drop}. Evaluation images/s is the scoring loop's rate "
+        text = [f"Quantizer groups tried in float in sensitivity order (+), each kept only if the mAP50-95 drop "
+                f"got smaller, until it was within `autofix.target_drop` {p.autofix.target_drop}; then kept groups "
+                "put back to int8 (-) where the drop stayed within. Each evaluation is a real mixed-precision model "
+                f"scored on the whole `{p.baseline.split}` split. Evaluation images/s is the scoring loop's rate "
                 "(decode and NMS included), not benchmark_app's."]
-    header = ["#", "tried", "groups float", "ops float", "mAP50-95", "drop", "within target", "eval images/s"]
+    header = ["#", "tried", "groups float", "ops float", "mAP50-95", "drop", "within target", "kept",
+              "eval images/s"]
     table = [[s["evaluation"], s.get("tried", ""), s["groups_float"], s["ops_float"], s["map50_95"],
-              s["map50_95_drop"], "yes" if s["within_target"] == "1" else "no", s["images_per_second"]] for s in steps]
+              s["map50_95_drop"], _yes(s["within_target"]), _yes(s.get("kept")), s["images_per_second"]]
+             for s in steps]
     rank_header = ["rank", "quantizer", "ops", "error removed", "worst case", "clip share"]
     rank_rows = [[r["rank"], f"`{r['first_op']}`" + (f" +{int(r['ops']) - 1}" if int(r["ops"]) > 1 else ""),
                   r["ops"], r["error_removed"], r["error_removed_worst"], _share(r["clip_error_share"])]
@@ -157,6 +160,10 @@ def _autofix(m: Metrics) -> Section:
     figures = [_figure(sensitivity_figure(ranking[: p.sensitivity.top_k]), "Sensitivity: INT8 output error removed "
                        "per quantizer group in float")] if ranking else []
     return Section("Sensitivity and autofix", text, tables, figures, code=block)
+
+
+def _yes(flag: str | None) -> str:
+    return "yes" if flag == "1" else "no"
 
 
 def _share(value: str | None) -> str:
