@@ -66,8 +66,9 @@ def main(params: Params) -> dict:
 def ranking_images(params: Params, record: dict) -> list[Path]:
     """`sensitivity.images` images spread evenly over the val split (all of it when smaller).
 
-    Not the worst bad cases: on the demo those ranked the groups whose float version recovers the most
-    mAP50-95 9th to 18th, an even spread 2nd to 5th.
+    Not the worst bad cases: on the demo's naive INT8 model those ranked the three groups whose float
+    version recovers the most mAP50-95 18th, 10th and 15th, an even spread 2nd, 7th and 3rd
+    (`benchmarks/ranking.py`).
     """
     images = split_images(model_dataset(params, record), params.baseline.split)
     count = min(params.sensitivity.images, len(images))
@@ -96,13 +97,13 @@ def score_groups(params: Params, core: ov.Core, fp32: ov.Model, int8: ov.Model, 
     def score(group: int) -> tuple[list[float], list[float]]:
         model = revert(int8, fp32, groups, {group})
         outputs = _outputs(core.compile_model(model, "CPU", {**config, **threads}), inputs)
-        return ([_mse(o, f, m) for o, f, m in zip(outputs, reference, masks)],
+        return ([output_mse(o, f, m) for o, f, m in zip(outputs, reference, masks)],
                 [_disagreement(d, to_coco(decode(o, settings), 0), params.int8_eval.bad_case_iou)
                  for o, d in zip(outputs, fp32_dets)])
 
     with ThreadPoolExecutor(workers) as pool:
         results = list(pool.map(score, range(len(groups))))
-    return {"base": np.array([_mse(q, f, m) for q, f, m in zip(quantized, reference, masks)]),
+    return {"base": np.array([output_mse(q, f, m) for q, f, m in zip(quantized, reference, masks)]),
             "errors": np.array([r[0] for r in results]).reshape(len(groups), len(images)),
             "disagreements": np.array([r[1] for r in results]).reshape(len(groups), len(images))}
 
@@ -118,7 +119,8 @@ def confident(fp32_out: np.ndarray, int8_out: np.ndarray, conf: float) -> np.nda
     return mask if mask.any() else np.ones_like(mask)  # nothing confident: compare every anchor
 
 
-def _mse(out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:
+def output_mse(out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:
+    """Mean squared difference of two head outputs [4+nc, anchors] on the `mask`ed anchors."""
     return float(np.mean((out[:, mask] - reference[:, mask]) ** 2))
 
 
