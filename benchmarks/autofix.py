@@ -3,7 +3,8 @@
 Same FP32 model, calibration images, val split and max drop (`autofix.target_drop`), starting from a
 deliberately naive quantization (performance preset, empty ignored scope) so that both have work to do.
 Prints wall time, full evaluations (of the whole val split), ops kept float, final mAP50-95 drop and
-INT8 throughput (benchmark_app, the `benchmark:` settings, interleaved). qgate's row is the whole path
+INT8 throughput (benchmark_app, the `benchmark:` settings, interleaved); then qgate's autofix steps
+and the rank qgate's sensitivity gave each op NNCF put back in float. qgate's row is the whole path
 from the FP32 IR: quantize, INT8 evaluation, sensitivity, autofix; the "pasted" row re-quantizes with
 the ignored scope autofix prints, as a user would (not timed: it is the next pipeline run).
 
@@ -13,6 +14,7 @@ the ignored scope autofix prints, as a user would (not timed: it is the next pip
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import sys
 import time
@@ -109,7 +111,20 @@ def run_accuracy_control(params: Params, work: Path) -> dict:
 
 def float_ops(ir: Path) -> int:
     """Weighted or activation-quantizable ops that run in float."""
-    return sum(row["precision"] == "float" for row in precision_table(ov.Core().read_model(ir), {}))
+    return len(float_names(ir))
+
+
+def float_names(ir: Path) -> list[str]:
+    return [row["name"] for row in precision_table(ov.Core().read_model(ir), {}) if row["precision"] == "float"]
+
+
+def print_search(params: Params, naive: Path, nncf_ir: Path) -> None:
+    """qgate's autofix steps, and where the ops NNCF put back in float sit in qgate's sensitivity ranking."""
+    print(f"\nqgate autofix steps ({params.autofix.steps}):\n" + Path(params.autofix.steps).read_text())
+    with open(params.sensitivity.csv) as handle:
+        rank = {name: row["rank"] for row in csv.DictReader(handle) for name in row["ignored_names"].split(";")}
+    reverted = [name for name in float_names(nncf_ir) if name not in set(float_names(naive))]
+    print("NNCF's reverted ops, ranked by qgate: " + "; ".join(f"{n} {rank.get(n, '-')}" for n in reverted))
 
 
 def drop(ir: Path, params: Params, fp32_map: float) -> float:
@@ -147,6 +162,7 @@ def main() -> None:
             evals = str(evaluations) if evaluations is not None else "-"
             print(f"{name:<36}{wall:>8}{evals:>11}{float_ops(ir):>10}{value:>9.4f}{speed:>8.1f}{speed / fps[0]:>8.2f}x")
         print(f"\nqgate / NNCF wall time: {ours['seconds'] / nncf_ac['seconds']:.2f}")
+        print_search(params, ours["plain_ir"], nncf_ac["ir"])
 
 
 if __name__ == "__main__":
