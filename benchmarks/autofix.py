@@ -50,6 +50,8 @@ def work_params(params: Params, work: Path, scope: IgnoredScopeParams = NAIVE_SC
     q = dataclasses.replace(params.quantize, preset="performance", ignored_scope=scope)
     return dataclasses.replace(
         params,
+        baseline=under(params.baseline, metrics="baseline.json", per_class="baseline_per_class.json",
+                       detections="baseline_detections.json"),
         quantize=under(q, out_dir="int8", precision_table="precision.csv", record="int8_record.json",
                        metrics="quantize.json"),
         int8_eval=under(params.int8_eval, metrics="int8.json", per_class="int8_per_class.json",
@@ -138,9 +140,6 @@ def main() -> None:
     """Run both fixers from the same naive INT8 starting point; print the side-by-side table."""
     with benchmark_case(__doc__.splitlines()[0]) as (params, work):
         params = work_params(params, work)
-        params = dataclasses.replace(params, baseline=dataclasses.replace(
-            params.baseline, metrics=str(work / "baseline.json"), per_class=str(work / "baseline_per_class.json"),
-            detections=str(work / "baseline_detections.json")))
         ours = run_qgate(params)
         fp32_map = read_json(params.baseline.metrics)["map50_95"]
         nncf_ac = run_accuracy_control(params, work)

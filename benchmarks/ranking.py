@@ -12,7 +12,6 @@ which is what qgate ranked with before. Also prints the INT8 drop compiled and e
 from __future__ import annotations
 
 import csv
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -92,9 +91,6 @@ def main() -> None:
     """Naive INT8 demo; each group's own mAP gain; where three rankings put the groups that gain most."""
     with benchmark_case(__doc__.splitlines()[0]) as (params, work):
         params = work_params(params, work)
-        params = dataclasses.replace(params, baseline=dataclasses.replace(
-            params.baseline, metrics=str(work / "baseline.json"), per_class=str(work / "baseline_per_class.json"),
-            detections=str(work / "baseline_detections.json")))
         baseline.main(params)
         quantize.main(params)
         int8_eval.main(params)
