@@ -46,7 +46,8 @@ def emulated(int8: ov.Model, groups, switchable: bool = True) -> ov.Model:
     ops = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
     image = model.get_parameters()[0]
     switch = opset.parameter([len(groups)], ov.Type.boolean, name=SWITCH) if switchable else None
-    never = opset.less(opset.reduce_min(image, opset.constant(np.arange(4))), opset.constant(np.float32(-1e30)))
+    never = None if switchable else opset.less(opset.reduce_min(image, opset.constant(np.arange(4))),
+                                               opset.constant(np.float32(-1e30)))
     for index, group in enumerate(groups):
         condition = (opset.gather(switch, opset.constant(np.int64(index)), opset.constant(np.int64(0)))
                      if switch is not None else never)
@@ -79,8 +80,7 @@ def emulated_scores(params, fp32, int8, groups, images) -> np.ndarray:
 
 
 def compiled_scores(params, fp32, int8, groups, images) -> np.ndarray:
-    scores = sensitivity.score_groups(params, ov.Core(), fp32, int8, groups, images)
-    return 1 - scores["errors"].sum(1) / scores["base"].sum()
+    return sensitivity.error_removed(sensitivity.score_groups(params, ov.Core(), fp32, int8, groups, images))
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:

@@ -129,11 +129,16 @@ def _disagreement(reference: list[dict], candidate: list[dict], iou: float) -> f
     return 1 - sum(match(reference, candidate, iou)) / total if total else 0.0
 
 
+def error_removed(scores: dict) -> np.ndarray:
+    """Per group, the share of the INT8 output error summed over the images that its float version removes."""
+    # a share of the total, not a mean of per-image shares: one nearly error-free image cannot dominate
+    return 1 - scores["errors"].sum(1) / max(float(scores["base"].sum()), 1e-30)
+
+
 def rank(groups: list[Group], scores: dict, images: list[Path], clip: dict[str, float]) -> list[dict]:
     """Rows by share of the INT8 output error (summed over the images) removed, largest first."""
-    base = np.maximum(scores["base"], 1e-30)
-    removed = 1 - scores["errors"].sum(1) / base.sum()  # a share of the total: one easy image cannot dominate
-    per_image = 1 - scores["errors"] / base[None, :]
+    removed = error_removed(scores)
+    per_image = 1 - scores["errors"] / np.maximum(scores["base"], 1e-30)[None, :]
     order = np.argsort(-removed, kind="stable")
     rows = []
     for position, i in enumerate(order, start=1):
