@@ -62,7 +62,7 @@ def emulated(int8: ov.Model, groups, switchable: bool = True) -> ov.Model:
 
 
 def emulated_scores(params, fp32, int8, groups, images) -> np.ndarray:
-    """Share of the emulated INT8 output error removed per group (summed over images), as `sensitivity` scores."""
+    """Share of the emulated INT8 detection error removed per group (summed over images), as `sensitivity` scores."""
     config = {"INFERENCE_PRECISION_HINT": params.baseline.inference_precision}
     reference = ov.Core().compile_model(fp32, "CPU", config).create_infer_request()
     request = ov.Core().compile_model(emulated(int8, groups), "CPU", config).create_infer_request()
@@ -72,10 +72,10 @@ def emulated_scores(params, fp32, int8, groups, images) -> np.ndarray:
         x = image_tensor(path, params.model.imgsz)
         f = reference.infer({0: x})[0][0].copy()
         q = request.infer({0: x, SWITCH: np.zeros(n, bool)})[0][0].copy()
-        mask = sensitivity.confident(f, q, params.sensitivity.conf)
-        base += sensitivity.output_mse(q, f, mask)
+        mask = sensitivity.confident(f, params.sensitivity.conf)
+        base += sensitivity.detection_error(q, f, mask)
         for i in range(n):
-            errors[i] += sensitivity.output_mse(request.infer({0: x, SWITCH: np.arange(n) == i})[0][0], f, mask)
+            errors[i] += sensitivity.detection_error(request.infer({0: x, SWITCH: np.arange(n) == i})[0][0], f, mask)
     return 1 - errors / base
 
 

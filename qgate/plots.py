@@ -6,7 +6,7 @@ import io
 
 
 def sensitivity_figure(rows: list[dict]):
-    """Horizontal bars: share of the INT8 output error removed when each group is float."""
+    """Horizontal bars: share of the INT8 detection error removed when each group is float."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 0.28 * max(len(rows), 4) + 1))
@@ -14,7 +14,7 @@ def sensitivity_figure(rows: list[dict]):
     ax.barh(range(len(rows)), [float(r["error_removed"]) for r in rows], color="#f57900")
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("share of the INT8 output error removed when the group is float")
+    ax.set_xlabel("share of the INT8 detection error removed when the group is float")
     ax.grid(axis="x", alpha=0.3)
     return fig
 

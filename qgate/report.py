@@ -157,7 +157,7 @@ def _autofix(m: Metrics) -> Section:
                   r["ops"], r["error_removed"], r["error_removed_worst"], _share(r["clip_error_share"])]
                  for r in ranking[: p.sensitivity.top_k]]
     tables = ([(header, table)] if table else []) + [(rank_header, rank_rows)]
-    figures = [_figure(sensitivity_figure(ranking[: p.sensitivity.top_k]), "Sensitivity: INT8 output error removed "
+    figures = [_figure(sensitivity_figure(ranking[: p.sensitivity.top_k]), "Sensitivity: INT8 detection error removed "
                        "per quantizer group in float")] if ranking else []
     return Section("Sensitivity and autofix", text, tables, figures, code=block)
 
