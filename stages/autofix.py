@@ -79,8 +79,9 @@ def ranking(params: Params) -> list[int]:
     with open(require_output(params.sensitivity.csv, "sensitivity")) as handle:
         order = [int(row["group"]) for row in csv.DictReader(handle)]
     if not order:
-        raise QgateError(f"{params.sensitivity.csv}: no ranked quantizer group (the INT8 output equals FP32's on "
-                         f"all {params.sensitivity.images} ranking images); raise sensitivity.images")
+        raise QgateError(f"{params.sensitivity.csv}: no ranked quantizer group (no INT8 detection error on the "
+                         f"{params.sensitivity.images} ranking images); raise sensitivity.images or lower "
+                         f"sensitivity.conf")
     return order
 
 

@@ -46,7 +46,7 @@ def evaluated_project(tmp_path_factory, quantized_project, tiny_weights) -> Path
 
 
 def test_sensitivity_scores_every_group_on_val_images(tmp_path, evaluated_project, tiny_weights):
-    project = copy_project(evaluated_project, tmp_path, tiny_weights, sensitivity__images=2,
+    project = copy_project(evaluated_project, tmp_path, tiny_weights, sensitivity__images=2, sensitivity__conf=0.0,
                            int8_eval__bad_case_conf=0.0005, baseline__conf=0.0001)
     _run(project, "sensitivity")  # needs no int8_eval output: it scores val images, not the bad cases
     metrics, rows = _json(project, "metrics/sensitivity.json"), _rows(project, "reports/sensitivity.csv")
