@@ -11,10 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from qgate.io import sha256_file
+from stages import sensitivity
 from tests.conftest import (ROOT, assert_fails_cleanly, copy_project, edit_int8, error_line, feeding_quantizer,
                             scale_range, stage)
 
@@ -57,6 +59,22 @@ def test_sensitivity_scores_every_group_on_val_images(tmp_path, evaluated_projec
     per_image = [c for c in rows[0] if c.startswith("error_removed_") and c != "error_removed_worst"]
     assert len(per_image) == 2
     assert (project / "reports/sensitivity.svg").read_text().startswith("<?xml")
+
+
+def test_detection_error_counts_box_overlap_and_class_score_on_fp32_confident_anchors():
+    fp32 = np.zeros((4 + 2, 3), np.float32)
+    fp32[:4] = [[10, 50, 90], [10, 50, 90], [4, 40, 8], [4, 40, 8]]  # centre x, y, width, height
+    fp32[4] = [0.9, 0.8, 0.1]  # the third anchor is not confident
+    mask = sensitivity.confident(fp32, 0.25)
+    assert mask.tolist() == [True, True, False]
+    assert sensitivity.detection_error(fp32, fp32, mask) == 0
+    shifted = fp32.copy()
+    shifted[0] += [2, 2, 0]  # moved by half its width: IoU 1/3; the large box by a 20th: IoU 38/42
+    assert sensitivity.detection_error(shifted, fp32, mask) == pytest.approx((1 - 1 / 3) + (1 - 38 / 42))
+    unsure = fp32.copy()
+    unsure[4, 0] = 0.5  # a class-only change, same boxes
+    assert sensitivity.detection_error(unsure, fp32, mask) == pytest.approx(0.4 ** 2)
+    assert sensitivity.detection_error(unsure, fp32, np.zeros(3, bool)) == 0  # an image FP32 finds nothing on
 
 
 def test_an_empty_ranking_stops_autofix_saying_why(tmp_path, evaluated_project, tiny_weights):
