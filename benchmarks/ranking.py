@@ -1,10 +1,11 @@
 """How well sensitivity rankings predict each quantizer group's own mAP effect, on the naive INT8 demo.
 
 Truth: every group put back in float alone, as a compiled mixed-precision model scored on the whole val
-split (one evaluation per group). Rankings compared: the output-error ranking `sensitivity` computes
-(compiled models, `sensitivity.images` val images spread evenly), the same on the worst bad cases, and
-the same on those bad cases with FakeQuantize emulated in float (one model, a boolean input per group),
-which is what qgate ranked with before. Also prints the INT8 drop compiled and emulated.
+split (one evaluation per group). Rankings compared: the detection-error ranking `sensitivity` computes
+(compiled models, `sensitivity.images` val images spread evenly), the same scored by squared output
+error (qgate's score before), the same on the worst bad cases, and those bad cases with FakeQuantize
+emulated in float (one model, a boolean input per group), which is what qgate ranked with earlier.
+Also prints the INT8 drop compiled and emulated.
 
     python benchmarks/ranking.py          # the demo, after `dvc repro baseline` (about 5 minutes)
 """
@@ -79,8 +80,13 @@ def emulated_scores(params, fp32, int8, groups, images) -> np.ndarray:
     return 1 - errors / base
 
 
-def compiled_scores(params, fp32, int8, groups, images) -> np.ndarray:
-    return sensitivity.error_removed(sensitivity.score_groups(params, ov.Core(), fp32, int8, groups, images))
+def compiled_scores(params, fp32, int8, groups, images, error=None) -> np.ndarray:
+    return sensitivity.error_removed(sensitivity.score_groups(params, ov.Core(), fp32, int8, groups, images, error))
+
+
+def squared_error(out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:
+    """Mean squared difference of two head outputs on the masked anchors: qgate's score before the detection error."""
+    return float(np.mean((out[:, mask] - reference[:, mask]) ** 2)) if mask.any() else 0.0
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -110,8 +116,10 @@ def main() -> None:
         spread = sensitivity.ranking_images(params, record)
         rankings = {
             f"compiled, {len(spread)} val images spread (qgate)": compiled_scores(params, fp32, int8, groups, spread),
+            "  the same, squared output error (before)": compiled_scores(params, fp32, int8, groups, spread,
+                                                                       squared_error),
             f"compiled, {len(bad)} worst bad cases": compiled_scores(params, fp32, int8, groups, bad),
-            f"emulated, {len(bad)} worst bad cases (before)": emulated_scores(params, fp32, int8, groups, bad),
+            f"emulated, {len(bad)} worst bad cases (earlier)": emulated_scores(params, fp32, int8, groups, bad),
         }
         top = np.argsort(-gains)[:3]
         print(f"\nnaive INT8 demo (performance preset, no scope): FP32 mAP50-95 {fp32_map:.4f}, {len(groups)} groups")
