@@ -160,7 +160,9 @@ def error_removed(scores: dict) -> np.ndarray:
 def rank(groups: list[Group], scores: dict, images: list[Path], clip: dict[str, float]) -> list[dict]:
     """Rows by share of the INT8 detection error (summed over the images) removed, largest first."""
     removed = error_removed(scores)
-    per_image = 1 - scores["errors"] / np.maximum(scores["base"], 1e-30)[None, :]
+    base = scores["base"][None, :]
+    # nan (a blank cell) where FP32 is confident nowhere: that image has no error to remove
+    per_image = np.where(base > 0, 1 - scores["errors"] / np.maximum(base, 1e-30), np.nan)
     order = np.argsort(-removed, kind="stable")
     rows = []
     for position, i in enumerate(order, start=1):
@@ -169,12 +171,13 @@ def rank(groups: list[Group], scores: dict, images: list[Path], clip: dict[str, 
         rows.append({
             "rank": position, "group": int(i), "quantizer": ";".join(group.quantizers), "ops": len(group.ops),
             "first_op": group.ops[0], "error_removed": round(float(removed[i]), 5),
-            "error_removed_worst": round(float(per_image[i].min()), 5),
+            "error_removed_worst": round(float(np.nanmin(per_image[i])), 5),
             "disagreement_mean": round(float(scores["disagreements"][i].mean()), 5),
             "clip_error_share": round(max(shares), 4) if shares else "",
             "round_error_share": round(1 - max(shares), 4) if shares else "",  # the two shares add up to 1
             "ignored_names": ";".join(group.ops),
-            **{f"error_removed_{p.stem}": round(float(per_image[i, j]), 5) for j, p in enumerate(images)},
+            **{f"error_removed_{p.stem}": "" if np.isnan(per_image[i, j]) else round(float(per_image[i, j]), 5)
+               for j, p in enumerate(images)},
         })
     return rows
 

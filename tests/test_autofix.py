@@ -16,6 +16,8 @@ import pytest
 import yaml
 
 from qgate.io import sha256_file
+from qgate.mixed import Group
+from qgate.plots import sensitivity_figure, svg_text
 from stages import sensitivity
 from tests.conftest import (ROOT, assert_fails_cleanly, copy_project, edit_int8, error_line, feeding_quantizer,
                             scale_range, stage)
@@ -75,6 +77,22 @@ def test_detection_error_counts_box_overlap_and_class_score_on_fp32_confident_an
     unsure[4, 0] = 0.5  # a class-only change, same boxes
     assert sensitivity.detection_error(unsure, fp32, mask) == pytest.approx(0.4 ** 2)
     assert sensitivity.detection_error(unsure, fp32, np.zeros(3, bool)) == 0  # an image FP32 finds nothing on
+
+
+def test_ranking_leaves_an_image_without_error_blank_and_orders_by_the_total():
+    groups = [Group((f"q{i}",), (f"op{i}",), ()) for i in range(2)]
+    scores = {"base": np.array([4.0, 0.0]), "errors": np.array([[3.0, 0.0], [1.0, 0.0]]),
+              "disagreements": np.zeros((2, 2))}
+    rows = sensitivity.rank(groups, scores, [Path("a.jpg"), Path("empty.jpg")], {})
+    assert [r["first_op"] for r in rows] == ["op1", "op0"]
+    assert rows[0]["error_removed"] == rows[0]["error_removed_a"] == rows[0]["error_removed_worst"] == 0.75
+    assert rows[0]["error_removed_empty"] == ""  # FP32 is confident nowhere there: nothing to remove
+
+
+def test_the_sensitivity_plot_is_the_same_bytes_for_the_same_ranking():
+    rows = [{"error_removed": "0.5", "first_op": "/a/Conv", "ops": "1"},
+            {"error_removed": "0.2", "first_op": "/b", "ops": "3"}]
+    assert svg_text(sensitivity_figure(rows)) == svg_text(sensitivity_figure(rows))  # a committed report diffs clean
 
 
 def test_an_empty_ranking_stops_autofix_saying_why(tmp_path, evaluated_project, tiny_weights):
