@@ -24,6 +24,7 @@ def svg_text(fig) -> str:
     import matplotlib.pyplot as plt
 
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    with plt.rc_context({"svg.hashsalt": "qgate"}):  # unsalted, matplotlib names clip paths at random
+        fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     return buffer.getvalue()
