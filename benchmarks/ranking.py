@@ -4,7 +4,8 @@ Truth: every group put back in float alone, as a compiled mixed-precision model 
 split (one evaluation per group). Rankings compared: the detection-error ranking `sensitivity` computes
 (compiled models, `sensitivity.images` val images spread evenly), the same scored by squared output
 error (qgate's score before), the same on the worst bad cases, and those bad cases with FakeQuantize
-emulated in float (one model, a boolean input per group), which is what qgate ranked with earlier.
+emulated in float (one model, a boolean input per group; qgate's earlier method, here with the
+detection error).
 Also prints the INT8 drop compiled and emulated.
 
     python benchmarks/ranking.py          # the demo, after `dvc repro baseline` (about 5 minutes)
@@ -77,7 +78,7 @@ def emulated_scores(params, fp32, int8, groups, images) -> np.ndarray:
         base += sensitivity.detection_error(q, f, mask)
         for i in range(n):
             errors[i] += sensitivity.detection_error(request.infer({0: x, SWITCH: np.arange(n) == i})[0][0], f, mask)
-    return 1 - errors / base
+    return 1 - errors / max(base, 1e-30)  # no error at all (FP32 confident nowhere): every share 1
 
 
 def compiled_scores(params, fp32, int8, groups, images, error=None) -> np.ndarray:
