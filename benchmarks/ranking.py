@@ -1,11 +1,12 @@
 """How well sensitivity rankings predict each quantizer group's own mAP effect, on the naive INT8 demo.
 
 Truth: every group put back in float alone, as a compiled mixed-precision model scored on the whole val
-split (one evaluation per group). Rankings compared: the detection-error ranking `sensitivity` computes
-(compiled models, `sensitivity.images` val images spread evenly), the same scored by squared output
-error (qgate's score before), the same on the worst bad cases, and those bad cases with FakeQuantize
-emulated in float (one model, a boolean input per group; qgate's earlier method, here with the
-detection error).
+split (one evaluation per group). Rankings compared: the one `sensitivity` computes (compiled models,
+`sensitivity.images` val images spread evenly, the `sensitivity.rank_quantile` of the detection error
+removed over resamples of those images), the same by the total over the images (qgate's ranking
+before), the total by squared output error (before that), the total on the worst bad cases, and those
+bad cases with FakeQuantize emulated in float (one model, a boolean input per group; qgate's earlier
+method, here with the detection error).
 Also prints the INT8 drop compiled and emulated.
 
     python benchmarks/ranking.py          # the demo, after `dvc repro baseline` (about 5 minutes)
@@ -81,8 +82,8 @@ def emulated_scores(params, fp32, int8, groups, images) -> np.ndarray:
     return 1 - errors / max(base, 1e-30)  # no error at all (FP32 confident nowhere): every share 1
 
 
-def compiled_scores(params, fp32, int8, groups, images, error=None) -> np.ndarray:
-    return sensitivity.error_removed(sensitivity.score_groups(params, ov.Core(), fp32, int8, groups, images, error))
+def compiled_scores(params, fp32, int8, groups, images, error=None) -> dict:
+    return sensitivity.score_groups(params, ov.Core(), fp32, int8, groups, images, error)
 
 
 def squared_error(out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:
@@ -115,23 +116,28 @@ def main() -> None:
         with open(params.int8_eval.bad_cases) as handle:
             bad = [by_name[r["file_name"]] for r in csv.DictReader(handle) if float(r["disagreement"]) > 0][:8]
         spread = sensitivity.ranking_images(params, record)
+        scores = compiled_scores(params, fp32, int8, groups, spread)
+        quantile = params.sensitivity.rank_quantile
         rankings = {
-            f"compiled, {len(spread)} val images spread (qgate)": compiled_scores(params, fp32, int8, groups, spread),
-            "  the same, squared output error (before)": compiled_scores(params, fp32, int8, groups, spread,
-                                                                       squared_error),
-            f"compiled, {len(bad)} worst bad cases": compiled_scores(params, fp32, int8, groups, bad),
-            f"emulated, {len(bad)} worst bad cases (earlier)": emulated_scores(params, fp32, int8, groups, bad),
+            f"compiled, {len(spread)} val images spread, q{quantile:g} (qgate)":
+                sensitivity.error_removed_low(scores, quantile),
+            "  the same, total over the images (before)": sensitivity.error_removed(scores),
+            "  the same total, squared output error (earlier)": sensitivity.error_removed(
+                compiled_scores(params, fp32, int8, groups, spread, squared_error)),
+            f"compiled, {len(bad)} worst bad cases, total": sensitivity.error_removed(
+                compiled_scores(params, fp32, int8, groups, bad)),
+            f"emulated, {len(bad)} worst bad cases, total (earlier)": emulated_scores(params, fp32, int8, groups, bad),
         }
         top = np.argsort(-gains)[:3]
         print(f"\nnaive INT8 demo (performance preset, no scope): FP32 mAP50-95 {fp32_map:.4f}, {len(groups)} groups")
         print(f"INT8 drop compiled {fp32_map - int8_map:.4f}; emulated in float "
               f"{fp32_map - emulated_map(params, int8, groups, dataset, val):.4f} (FakeQuantize in float)")
         print("groups that gain most alone: " + "; ".join(f"{groups[g].ops[0]} +{gains[g]:.4f}" for g in top))
-        print(f"{'ranking':<48}{'ranks of those 3':>18}{'spearman vs gain':>18}")
+        print(f"{'ranking':<52}{'ranks of those 3':>18}{'spearman vs gain':>18}")
         for name, score in rankings.items():
             order = list(np.argsort(-score, kind="stable"))
             ranks = ", ".join(str(order.index(g) + 1) for g in top)
-            print(f"{name:<48}{ranks:>18}{spearman(score, gains):>18.2f}")
+            print(f"{name:<52}{ranks:>18}{spearman(score, gains):>18.2f}")
 
 
 def emulated_map(params, int8, groups, dataset, val) -> float:

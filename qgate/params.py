@@ -155,6 +155,7 @@ class SensitivityParams:
 
     images: int
     conf: float
+    rank_quantile: float
     top_k: int
     csv: str
     plot: str
@@ -281,6 +282,9 @@ def _check_values(params: Params, path: Path) -> None:
         raise QgateError(f"{path}: 'divergence.images' must be >= 1 and 'divergence.bad_cases' >= 0")
     if not 0.0 <= params.sensitivity.conf <= 1.0 or params.sensitivity.images < 1:
         raise QgateError(f"{path}: 'sensitivity.conf' must be within [0, 1] and 'sensitivity.images' >= 1")
+    if not 0.0 < params.sensitivity.rank_quantile <= 1.0:
+        raise QgateError(f"{path}: 'sensitivity.rank_quantile' is {params.sensitivity.rank_quantile}; "
+                         "use a value in (0, 1], e.g. 0.1")
     if params.autofix.max_evaluations < 1:
         raise QgateError(f"{path}: 'autofix.max_evaluations' is {params.autofix.max_evaluations}; the search needs "
                          "at least 1 full evaluation of the val split (a few are typical: set 8 or more)")

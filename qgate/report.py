@@ -152,9 +152,11 @@ def _autofix(m: Metrics) -> Section:
     table = [[s["evaluation"], s.get("tried", ""), s["groups_float"], s["ops_float"], s["map50_95"],
               s["map50_95_drop"], _yes(s["within_target"]), _yes(s.get("kept")), s["images_per_second"]]
              for s in steps]
-    rank_header = ["rank", "quantizer", "ops", "error removed", "worst case", "clip share"]
+    rank_header = ["rank", "quantizer", "ops", f"error removed (q{p.sensitivity.rank_quantile:g}, ranks)",
+                   "error removed (all)", "worst image", "clip share"]
     rank_rows = [[r["rank"], f"`{r['first_op']}`" + (f" +{int(r['ops']) - 1}" if int(r["ops"]) > 1 else ""),
-                  r["ops"], r["error_removed"], r["error_removed_worst"], _share(r["clip_error_share"])]
+                  r["ops"], r["error_removed_low"], r["error_removed"], r["error_removed_worst"],
+                  _share(r["clip_error_share"])]
                  for r in ranking[: p.sensitivity.top_k]]
     tables = ([(header, table)] if table else []) + [(rank_header, rank_rows)]
     figures = [_figure(sensitivity_figure(ranking[: p.sensitivity.top_k]), "Sensitivity: INT8 detection error removed "

@@ -56,9 +56,9 @@ def test_sensitivity_scores_every_group_on_val_images(tmp_path, evaluated_projec
     metrics, rows = _json(project, "metrics/sensitivity.json"), _rows(project, "reports/sensitivity.csv")
     assert metrics["images"] == 2 and len(rows) == metrics["groups"] > 0
     assert [int(r["rank"]) for r in rows] == list(range(1, len(rows) + 1))
-    removed = [float(r["error_removed"]) for r in rows]
+    removed = [float(r["error_removed_low"]) for r in rows]
     assert removed == sorted(removed, reverse=True)  # values are meaningful on a trained model: see the slow tests
-    per_image = [c for c in rows[0] if c.startswith("error_removed_") and c != "error_removed_worst"]
+    per_image = [c for c in rows[0] if c.startswith("error_removed_") and c not in sensitivity.COLUMNS]
     assert len(per_image) == 2
     assert (project / "reports/sensitivity.svg").read_text().startswith("<?xml")
 
@@ -79,19 +79,32 @@ def test_detection_error_counts_box_overlap_and_class_score_on_fp32_confident_an
     assert sensitivity.detection_error(unsure, fp32, np.zeros(3, bool)) == 0  # an image FP32 finds nothing on
 
 
-def test_ranking_leaves_an_image_without_error_blank_and_orders_by_the_total():
+def test_ranking_leaves_an_image_without_error_blank():
     groups = [Group((f"q{i}",), (f"op{i}",), ()) for i in range(2)]
     scores = {"base": np.array([4.0, 0.0]), "errors": np.array([[3.0, 0.0], [1.0, 0.0]]),
               "disagreements": np.zeros((2, 2))}
-    rows = sensitivity.rank(groups, scores, [Path("a.jpg"), Path("empty.jpg")], {})
+    rows = sensitivity.rank(groups, scores, [Path("a.jpg"), Path("empty.jpg")], {}, 0.1)
     assert [r["first_op"] for r in rows] == ["op1", "op0"]
     assert rows[0]["error_removed"] == rows[0]["error_removed_a"] == rows[0]["error_removed_worst"] == 0.75
     assert rows[0]["error_removed_empty"] == ""  # FP32 is confident nowhere there: nothing to remove
+    assert rows[0]["error_removed_low"] == 0.75  # resamples of the empty image alone have no share to count
+
+
+def test_a_group_that_helps_on_every_image_outranks_one_whose_total_comes_from_one_image():
+    groups = [Group((f"q{i}",), (f"op{i}",), ()) for i in range(2)]
+    scores = {"base": np.ones(4), "errors": np.array([[0.0, 1.1, 1.1, 1.1], [0.9, 0.9, 0.9, 0.9]]),
+              "disagreements": np.zeros((2, 4))}
+    rows = sensitivity.rank(groups, scores, [Path(f"{i}.jpg") for i in range(4)], {}, 0.1)
+    assert [r["first_op"] for r in rows] == ["op1", "op0"]
+    assert rows[1]["error_removed"] > rows[0]["error_removed"]  # op0 removes more in total: 0.175 against 0.1
+    assert rows[0]["error_removed_low"] == pytest.approx(0.1) and rows[1]["error_removed_low"] < 0
+    optimistic = sensitivity.rank(groups, scores, [Path(f"{i}.jpg") for i in range(4)], {}, 0.9)
+    assert [r["first_op"] for r in optimistic] == ["op0", "op1"]  # a high quantile ranks like the total
 
 
 def test_the_sensitivity_plot_is_the_same_bytes_for_the_same_ranking():
-    rows = [{"error_removed": "0.5", "first_op": "/a/Conv", "ops": "1"},
-            {"error_removed": "0.2", "first_op": "/b", "ops": "3"}]
+    rows = [{"error_removed": "0.5", "error_removed_low": "0.4", "first_op": "/a/Conv", "ops": "1"},
+            {"error_removed": "0.2", "error_removed_low": "-0.1", "first_op": "/b", "ops": "3"}]
     assert svg_text(sensitivity_figure(rows)) == svg_text(sensitivity_figure(rows))  # a committed report diffs clean
 
 
