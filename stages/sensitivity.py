@@ -6,6 +6,7 @@ import csv
 import logging
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -99,26 +100,33 @@ def score_groups(params: Params, core: ov.Core, fp32: ov.Model, int8: ov.Model, 
     masks = [confident(f, params.sensitivity.conf) for f in reference]
     fp32_dets = [to_coco(decode(f, settings), 0) for f in reference]
     errors, disagreements = [], []
+    for outputs in _each_group_outputs(core, fp32, int8, groups, inputs, config):
+        errors.append([error(o, f, m) for o, f, m in zip(outputs, reference, masks)])
+        disagreements.append([_disagreement(d, to_coco(decode(o, settings), 0), params.int8_eval.bad_case_iou)
+                              for o, d in zip(outputs, fp32_dets)])
+    return {"base": np.array([error(q, f, m) for q, f, m in zip(quantized, reference, masks)]),
+            "errors": np.array(errors).reshape(len(groups), len(images)),
+            "disagreements": np.array(disagreements).reshape(len(groups), len(images))}
 
+
+def _each_group_outputs(core: ov.Core, fp32: ov.Model, int8: ov.Model, groups: list[Group], inputs: list[np.ndarray],
+                        config: dict) -> Iterator[list[np.ndarray]]:
+    """Per group in order, the outputs of the INT8 model with that group alone in float.
+
+    Two groups compile while one infers: compiling is mostly serial work (0.8 s a group at 192 px, where 16
+    images infer in 0.1 s); inference gets every core, since two models inferring at once on this 2-vCPU
+    machine took 1.4x longer at 640 px (README).
+    """
     def compiled(group: int) -> ov.CompiledModel:
         return core.compile_model(revert(int8, fp32, groups, {group}), "CPU", config)
 
-    # two groups compile while one infers: compiling is mostly serial work (0.8 s a group at 192 px, where 16
-    # images infer in 0.1 s); inference gets every core, since two models inferring at once on this 2-vCPU
-    # machine took 1.4x longer at 640 px (README)
     with ThreadPoolExecutor(COMPILE_AHEAD) as compiler:
         pending = deque(compiler.submit(compiled, g) for g in range(min(COMPILE_AHEAD, len(groups))))
         for group in range(len(groups)):
             model = pending.popleft().result()
             if group + COMPILE_AHEAD < len(groups):
                 pending.append(compiler.submit(compiled, group + COMPILE_AHEAD))
-            outputs = _outputs(model, inputs)
-            errors.append([error(o, f, m) for o, f, m in zip(outputs, reference, masks)])
-            disagreements.append([_disagreement(d, to_coco(decode(o, settings), 0), params.int8_eval.bad_case_iou)
-                                  for o, d in zip(outputs, fp32_dets)])
-    return {"base": np.array([error(q, f, m) for q, f, m in zip(quantized, reference, masks)]),
-            "errors": np.array(errors).reshape(len(groups), len(images)),
-            "disagreements": np.array(disagreements).reshape(len(groups), len(images))}
+            yield _outputs(model, inputs)
 
 
 def _outputs(compiled: ov.CompiledModel, inputs: list[np.ndarray]) -> list[np.ndarray]:
