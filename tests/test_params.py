@@ -39,6 +39,8 @@ def test_repository_params_load():
                      id="bad-precision"),
         pytest.param(lambda p: p["baseline"].update(iou=1.5), "'baseline.iou' must be within [0, 1]",
                      id="iou-range"),
+        pytest.param(lambda p: p["sensitivity"].update(rank_quantile=0.0),
+                     "'sensitivity.rank_quantile' is 0.0; use a value in (0, 1]", id="rank-quantile-range"),
     ],
 )
 def test_bad_params_name_file_and_key(tmp_path, mutate, expected):
