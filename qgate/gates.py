@@ -234,15 +234,20 @@ def _class_drop(m: Metrics, limit: float):
     if fp32.keys() != int8.keys():
         raise MetricsUnavailable(f"{m.params.baseline.per_class} and {m.params.int8_eval.per_class} list different "
                                  f"classes; re-run {m.rerun(m.params.int8_eval.per_class)}")
-    name, drop = max(((name, fp32[name] - int8[name]) for name in fp32), key=lambda item: item[1])
+    # a class without instances in the split has no AP in either model (None): nothing to judge there
+    drops = [(name, fp32[name] - int8[name]) for name in fp32 if fp32[name] is not None and int8[name] is not None]
+    if not drops:
+        raise MetricsUnavailable(f"{m.params.baseline.per_class}: no class has an instance in the "
+                                 f"'{m.params.baseline.split}' split; label some images or turn the gate off")
+    name, drop = max(drops, key=lambda item: item[1])
     return drop, drop <= limit, f"class '{name}' (FP32 {fp32[name]:.4f}, INT8 {int8[name]:.4f}); {_accuracy_hint(m)}"
 
 
-def _per_class(m: Metrics, path: str, sibling: str) -> dict[str, float]:
+def _per_class(m: Metrics, path: str, sibling: str) -> dict[str, float | None]:
     m.value(sibling, "model_sha256")  # the per-class file is current when the file written beside it is
     rows = m.read(path)
     try:
-        return {str(row["class_name"]): float(row["map50_95"]) for row in rows}
+        return {str(row["class_name"]): None if row["map50_95"] is None else float(row["map50_95"]) for row in rows}
     except (TypeError, KeyError, ValueError) as exc:
         raise MetricsUnavailable(f"{path} is malformed ({exc.__class__.__name__}); re-run {m.rerun(path)}") from exc
 

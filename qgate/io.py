@@ -6,6 +6,7 @@ import csv
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,9 +17,24 @@ import yaml
 from qgate.errors import QgateError
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it; put it straight back
+    os.umask(mask)
+    return mask
+
+
+def _follow_umask(path: Path, mode: int) -> None:
+    # mkstemp and mkdtemp create 0600/0700 whatever the umask: a report a web server or another CI user
+    # cannot read. What `open()` or `mkdir` would have made (0644/0755 for the usual 022) is what users expect.
+    path.chmod(mode & ~_umask())
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
+
+    The file ends up with the mode `open()` would give it under the process umask.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -26,9 +42,30 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():
+            _follow_umask(tmp_path, 0o666)
         os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield an empty staging folder beside `path`; it replaces `path` whole only if the block succeeds.
+
+    Readers never see a half-written folder, and a failure leaves the old one (or none) in place.
+    The folder gets the mode `mkdir` would give it under the process umask.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield staging
+        _follow_umask(staging, 0o777)
+        shutil.rmtree(path, ignore_errors=True)
+        staging.rename(path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def write_json(path: str | Path, data: Any) -> None:
@@ -41,6 +78,12 @@ def write_text(path: str | Path, text: str) -> None:
     """Write `text`, atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data`, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_csv(path: str | Path, rows: Iterable[dict[str, Any]], fieldnames: list[str]) -> None:

@@ -7,6 +7,7 @@ import html
 import io
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,13 @@ from typing import Any
 import numpy as np
 
 from qgate.gates import Metrics, MetricsUnavailable, Verdict, gates
-from qgate.io import write_text
+from qgate.io import write_bytes, write_text
 from qgate.params import Params
 from qgate.plots import sensitivity_figure, svg_text
 
 log = logging.getLogger(__name__)
+
+EXIT_REPORT_ERROR = 2  # like bad input: the gates ran, but the PR gets no report
 
 
 @dataclass
@@ -172,6 +175,10 @@ def _share(value: str | None) -> str:
     return f"{100 * float(value):.0f}%" if value not in (None, "") else ""
 
 
+PLOTTED_CLASSES = 20  # a bar chart of 80 classes is unreadable: the worst drops are what a reader needs
+NO_INSTANCES = "n/a, no instances"
+
+
 def _per_class(m: Metrics) -> Section:
     p = m.params
     try:
@@ -180,12 +187,31 @@ def _per_class(m: Metrics) -> Section:
         fp32, int8 = m.read(p.baseline.per_class), m.read(p.int8_eval.per_class)
     except MetricsUnavailable as exc:
         return Section("Accuracy per class", [str(exc)])
+    ranked = classes_by_drop(fp32, int8)
+    rows = [[r["class_name"], _ap(r["fp32"]), _ap(r["int8"]), _ap(r["drop"])] for r in ranked]
+    absent = sum(r["fp32"] is None for r in ranked)
+    measured = [r for r in ranked if r["drop"] is not None]
+    text = [f"Classes sorted by mAP50-95 drop, worst first; {absent} of {len(ranked)} classes have no instance in "
+            f"the `{p.baseline.split}` split ({NO_INSTANCES}) and are listed last."] if absent else \
+        ["Classes sorted by mAP50-95 drop, worst first."]
+    figures = [_class_plot(measured[:PLOTTED_CLASSES], len(measured))] if measured else []
+    return Section("Accuracy per class", text, [(["class", "FP32 mAP50-95", "INT8 mAP50-95", "drop"], rows)],
+                   figures)
+
+
+def classes_by_drop(fp32: list[dict], int8: list[dict]) -> list[dict]:
+    """Per class: FP32 and INT8 mAP50-95 and the drop (None where a class has no instance), worst drop first."""
     int8_by_name = {r["class_name"]: r["map50_95"] for r in int8}
-    rows = [[r["class_name"], f"{r['map50_95']:.4f}", _num(int8_by_name.get(r["class_name"])),
-             _num(r["map50_95"] - int8_by_name[r["class_name"]] if r["class_name"] in int8_by_name else None)]
-            for r in fp32]
-    return Section("Accuracy per class", [], [(["class", "FP32 mAP50-95", "INT8 mAP50-95", "drop"], rows)],
-                   [_class_plot(fp32, int8_by_name)])
+    rows = []
+    for r in fp32:
+        after = int8_by_name.get(r["class_name"])
+        drop = r["map50_95"] - after if r["map50_95"] is not None and after is not None else None
+        rows.append({"class_name": r["class_name"], "fp32": r["map50_95"], "int8": after, "drop": drop})
+    return sorted(rows, key=lambda r: (r["drop"] is None, -(r["drop"] or 0.0)))  # stable: ties keep class order
+
+
+def _ap(value: float | None) -> str:
+    return NO_INSTANCES if value is None else f"{value:.4f}"
 
 
 def _bad_cases(m: Metrics) -> Section:
@@ -232,20 +258,21 @@ def _sqnr_plot(rows: list[dict], floor: float, first: str | None) -> tuple[str, 
     return _figure(fig, "Per-layer SQNR, INT8 against FP32 (higher is closer)")
 
 
-def _class_plot(fp32: list[dict], int8: dict[str, float]) -> tuple[str, str, bytes]:
+def _class_plot(rows: list[dict], measured: int) -> tuple[str, str, bytes]:
     import matplotlib.pyplot as plt
 
-    names = [r["class_name"] for r in fp32]
+    names = [r["class_name"] for r in rows]
     x = np.arange(len(names))
     fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * len(names) + 2), 3.2))
-    ax.bar(x - 0.2, [r["map50_95"] for r in fp32], 0.4, label="FP32", color="#729fcf")
-    ax.bar(x + 0.2, [int8.get(n, 0.0) for n in names], 0.4, label="INT8", color="#f57900")
+    ax.bar(x - 0.2, [r["fp32"] for r in rows], 0.4, label="FP32", color="#729fcf")
+    ax.bar(x + 0.2, [r["int8"] or 0.0 for r in rows], 0.4, label="INT8", color="#f57900")
     ax.set_xticks(x, names, rotation=30 if len(names) > 6 else 0, ha="right" if len(names) > 6 else "center")
     ax.set_ylabel("mAP50-95")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    return _figure(fig, "mAP50-95 per class, FP32 vs INT8")
+    shown = f"the {len(rows)} of {measured} classes with the largest drop" if len(rows) < measured else "every class"
+    return _figure(fig, f"mAP50-95 per class, FP32 vs INT8: {shown}, worst first")
 
 
 def render_markdown(verdict: str, sections: list[Section], files_dir: Path) -> tuple[str, dict[str, bytes]]:
@@ -344,11 +371,8 @@ def write_report(metrics: Metrics, verdicts: list[Verdict], params_path: Path) -
     md_path = Path(params.gates.report_md)
     files_dir = md_path.with_name(md_path.stem + "_files")
     text, files = render_markdown(verdict, sections, files_dir)
-    files_dir.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
-        with open(files_dir / f".{name}.tmp", "wb") as handle:
-            handle.write(data)
-        os.replace(files_dir / f".{name}.tmp", files_dir / name)
+        write_bytes(files_dir / name, data)
     write_text(md_path, text)
     write_text(params.gates.report_html, render_html(verdict, sections))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -374,15 +398,19 @@ def main(params_path: str) -> int:
     params = load_params(params_path)
     metrics = Metrics(params)  # one read of each file serves the gates and the report
     verdicts = judge_all(params, metrics)
-    verdict = write_report(metrics, verdicts, Path(params_path))
-    print(verdict_table(verdicts))
+    failed = int(any(not v.passed for v in verdicts))
+    print(verdict_table(verdicts))  # before the report: a report that cannot be written must not hide the verdict
+    try:
+        verdict = write_report(metrics, verdicts, Path(params_path))
+    except Exception as exc:  # any report bug: the verdict above stands, the report problem is one line
+        print(f"\n{'FAIL' if failed else 'PASS'} (see the table above)\nerror: report not written "
+              f"({type(exc).__name__}: {exc}); the gate verdict above is unaffected", file=sys.stderr)
+        return EXIT_REPORT_ERROR
     print(f"\n{verdict}\nreport: {params.gates.report_md}, {params.gates.report_html}")
-    return int(any(not v.passed for v in verdicts))
+    return failed
 
 
 if __name__ == "__main__":
-    import sys
-
     from qgate.cli import run_tool
 
     sys.exit(run_tool(main, __doc__))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import logging
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import yaml
 
 from qgate.cli import run_stage
 from qgate.errors import QgateError
-from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
+from qgate.io import atomic_dir, read_json, sha256_file, write_csv, write_json, write_text
 from qgate.mixed import ignored_names, quantizer_groups, revert
 from qgate.params import Params
 from qgate.pipeline import (INT8_IR_NAME, evaluate_ir, export_record, fp32_ir, int8_ir_sha256, require_int8_ir,
@@ -165,33 +164,15 @@ class Search:
 def revert_and_save(int8, fp32, groups, selected: set[int], out_dir: Path) -> None:
     """Save the INT8 model with `selected` groups in float, atomically (folder renamed into place)."""
     model = revert(int8, fp32, groups, selected)
-    staging = _staging(out_dir)
-    try:
+    with atomic_dir(out_dir) as staging:
         ov.save_model(model, staging / INT8_IR_NAME, compress_to_fp16=False)
-        _replace(staging, out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _save_copy(source: Path, out_dir: Path) -> None:
-    staging = _staging(out_dir)
-    try:
+    with atomic_dir(out_dir) as staging:
         for suffix in (".xml", ".bin"):
             name = Path(INT8_IR_NAME).with_suffix(suffix)
             shutil.copy(source / name, staging / name)
-        _replace(staging, out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _staging(out_dir: Path) -> Path:
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-
-
-def _replace(staging: Path, out_dir: Path) -> None:
-    shutil.rmtree(out_dir, ignore_errors=True)
-    staging.rename(out_dir)
 
 
 def scope_block(params: Params, names: list[str], best: dict, baseline: float) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 import cv2
@@ -11,7 +10,7 @@ import numpy as np
 import yaml
 
 from qgate.cli import run_stage
-from qgate.io import atomic_path
+from qgate.io import atomic_dir, write_text
 from qgate.params import DemoParams, Params
 
 log = logging.getLogger(__name__)
@@ -24,17 +23,14 @@ def main(params: Params) -> dict:
     """Write the dataset under `demo.data_dir` (replaced whole, atomically) and return its counts."""
     demo = params.demo
     out = Path(demo.data_dir)
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     counts = {}
-    for index, split in enumerate(SPLITS):
-        rng = np.random.default_rng([demo.seed, index])
-        count = getattr(demo, f"{split}_images")
-        counts[f"{split}_images"] = count
-        counts[f"{split}_instances"] = _write_split(tmp, split, count, demo, rng)
-    _write_yaml(tmp, out, demo)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    with atomic_dir(out) as tmp:
+        for index, split in enumerate(SPLITS):
+            rng = np.random.default_rng([demo.seed, index])
+            count = getattr(demo, f"{split}_images")
+            counts[f"{split}_images"] = count
+            counts[f"{split}_instances"] = _write_split(tmp, split, count, demo, rng)
+        _write_yaml(tmp, out, demo)
     log.info("demo_data: %s", counts)
     return counts
 
@@ -58,8 +54,7 @@ def _write_yaml(root: Path, final: Path, demo: DemoParams) -> None:
     # `path` is the final location relative to the project root, where Ultralytics resolves it too.
     spec = {"path": final.as_posix(), **{s: f"images/{s}" for s in SPLITS},
             "names": dict(enumerate(demo.classes))}
-    with atomic_path(root / "demo.yaml") as tmp:
-        tmp.write_text(yaml.safe_dump(spec, sort_keys=False))
+    write_text(root / "demo.yaml", yaml.safe_dump(spec, sort_keys=False))
 
 
 def draw_image(rng: np.random.Generator, num_classes: int, max_objects: int) -> tuple[np.ndarray, list]:

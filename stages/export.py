@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 
 import openvino as ov
 
 from qgate.cli import run_stage
-from qgate.io import sha256_file, write_json
+from qgate.io import atomic_dir, sha256_file, write_json
 from qgate.params import Params
 from qgate.pipeline import FP32_IR_NAME, op_inventory
 from qgate.yolo import load_detector, versions
@@ -25,9 +24,7 @@ def main(params: Params) -> dict:
     out_dir, record_path = Path(params.export.out_dir), Path(params.export.record)
     record_path.unlink(missing_ok=True)
     model = load_detector(params.model.weights)
-    with tempfile.TemporaryDirectory(dir=out_dir.parent if out_dir.parent.exists() else None) as tmp:
-        staging = Path(tmp) / "export"
-        staging.mkdir()
+    with atomic_dir(out_dir) as staging:
         log.info("[1/2] export: %s -> ONNX (opset %d, imgsz %d)", params.model.weights,
                  params.export.opset, params.model.imgsz)
         onnx_path = _export_onnx(model, params, staging)
@@ -35,9 +32,6 @@ def main(params: Params) -> dict:
         ir = ov.convert_model(onnx_path)
         ov.save_model(ir, staging / FP32_IR_NAME, compress_to_fp16=False)  # default would halve weights to FP16
         record = _record(params, model.names, ir, staging)
-        shutil.rmtree(out_dir, ignore_errors=True)
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging.rename(out_dir)
     write_json(record_path, record)
     return {k: v for k, v in record.items() if isinstance(v, (int, float))}
 

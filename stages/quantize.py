@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -15,7 +13,7 @@ from qgate.cli import run_stage
 from qgate.dataset import Dataset, split_images
 from qgate.errors import QgateError
 from qgate.evaluator import image_tensor
-from qgate.io import write_csv, write_json
+from qgate.io import atomic_dir, write_csv, write_json
 from qgate.params import Params
 from qgate.pipeline import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, model_dataset, op_inventory
 from qgate.precision import PRECISION_COLUMNS, precision_table, scope_matches
@@ -119,14 +117,8 @@ def _quantize(model: ov.Model, images: list[Path], params: Params) -> ov.Model:
 
 def _save(model: ov.Model, out_dir: Path) -> float:
     """Save atomically (whole folder renamed into place); return the weights file size in MB."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as staging:
         ov.save_model(model, staging / INT8_IR_NAME, compress_to_fp16=False)
-        shutil.rmtree(out_dir, ignore_errors=True)
-        staging.rename(out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return round((out_dir / INT8_IR_NAME).with_suffix(".bin").stat().st_size / 2**20, 3)
 
 

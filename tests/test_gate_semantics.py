@@ -209,3 +209,52 @@ def test_report_is_written_when_metrics_are_missing(project):
     assert result.returncode == 1
     report = (project / "reports/report.md").read_text()
     assert "| INT8 |" in report and "missing" in report
+
+
+def _add_absent_class(project: Path) -> None:
+    """A class named by the dataset with no instance in the split: pycocotools gives it no AP (None)."""
+    for name in ("metrics/baseline_per_class.json", "metrics/int8_per_class.json"):
+        rows = json.loads((project / name).read_text())
+        rows.append({"class_id": len(rows), "class_name": "toaster", "map50_95": None, "map50": None})
+        (project / name).write_text(json.dumps(rows))
+
+
+def test_a_class_without_instances_is_na_in_the_report_and_ignored_by_the_class_gate(project):
+    _add_absent_class(project)
+    edit_gates(project, max_class_map50_95_drop=0.5)
+    result = run(project, "qgate.judge")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    report = (project / "reports/report.md").read_text()
+    assert "| toaster | n/a, no instances | n/a, no instances | n/a, no instances |" in report
+    section = report.split("## Accuracy per class")[1].split("\n## ")[0]
+    table = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    assert table[-1].startswith("| toaster |")  # absent classes last, after the measured ones sorted by drop
+    drops = [float(line.split("|")[4]) for line in table[:-1]]
+    assert drops == sorted(drops, reverse=True)
+
+
+def test_a_report_that_cannot_be_written_does_not_hide_the_verdict(project):
+    edit_gates(project, report_md="reports/blocked/report.md")
+    (project / "reports").mkdir(exist_ok=True)
+    (project / "reports/blocked").write_text("a file where the report's folder should be")
+    result = run(project, "qgate.judge")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert next(line for line in result.stdout.splitlines() if line.startswith("accuracy_map50_95_drop "))
+    assert (project / "reports/gates.xml").is_file()
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "report not written" in errors[0] and "gate verdict above" in errors[0]
+
+
+def test_report_files_follow_the_umask(project):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    done = subprocess.run(["bash", "-c", f"umask 022 && {sys.executable} -m qgate.report"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("reports/report.md", "reports/report.html"):
+        assert (project / name).stat().st_mode & 0o777 == 0o644, name
+    pictures = project / "reports/report_files"
+    assert pictures.stat().st_mode & 0o777 == 0o755
+    assert {p.stat().st_mode & 0o777 for p in pictures.iterdir()} == {0o644}
