@@ -47,7 +47,7 @@ def work_params(params: Params, work: Path, scope: IgnoredScopeParams = NAIVE_SC
     def under(section, **names):
         return dataclasses.replace(section, **{key: str(work / value) for key, value in names.items()})
 
-    q = dataclasses.replace(params.quantize, preset="performance", ignored_scope=scope)
+    q = dataclasses.replace(params.quantize, preset="performance", keep_decode_float=False, ignored_scope=scope)
     return dataclasses.replace(
         params,
         baseline=under(params.baseline, metrics="baseline.json", per_class="baseline_per_class.json",

@@ -54,7 +54,8 @@ def run_qgate(params: Params, work: Path) -> tuple[Path, float]:
     dataset = load_dataset(params.model.dataset)
     calibration = quantize.calibration_images(params, dataset)
     start = time.perf_counter()
-    model = quantize._quantize(ov.Core().read_model(fp32_ir(params)), calibration, params)
+    fp32 = ov.Core().read_model(fp32_ir(params))
+    model = quantize._quantize(fp32, calibration, params, quantize.decode_scope(fp32, params))
     seconds = time.perf_counter() - start
     ov.save_model(model, work / "qgate_int8.xml", compress_to_fp16=False)
     return work / "qgate_int8.xml", seconds
@@ -93,14 +94,12 @@ def run_accuracy_control(params: Params, work: Path) -> tuple[Path, float]:
     def validate(compiled, items) -> tuple[float, None]:  # scores only the images it is given
         return evaluate(compiled, list(items), dataset.names, imgsz).map50_95, None
 
-    scope = params.quantize.ignored_scope
+    fp32 = ov.Core().read_model(fp32_ir(params))
     start = time.perf_counter()
     model = nncf.quantize_with_accuracy_control(
-        ov.Core().read_model(fp32_ir(params)), nncf.Dataset(calibration, transform), nncf.Dataset(val),
+        fp32, nncf.Dataset(calibration, transform), nncf.Dataset(val),
         validate, max_drop=0.01, preset=nncf.QuantizationPreset(params.quantize.preset),
-        subset_size=len(calibration),
-        ignored_scope=nncf.IgnoredScope(subgraphs=[nncf.Subgraph(inputs=list(s.inputs), outputs=list(s.outputs))
-                                                   for s in scope.subgraphs]))
+        subset_size=len(calibration), ignored_scope=nncf.IgnoredScope(names=quantize.decode_scope(fp32, params)))
     seconds = time.perf_counter() - start
     ov.save_model(model, work / "nncf_ac_int8.xml", compress_to_fp16=False)
     return work / "nncf_ac_int8.xml", seconds

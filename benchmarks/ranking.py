@@ -33,12 +33,14 @@ from benchmarks.autofix import work_params  # noqa: E402
 from benchmarks.peers import benchmark_case  # noqa: E402
 from qgate.dataset import split_images  # noqa: E402
 from qgate.evaluator import evaluate, image_tensor  # noqa: E402
+from qgate.heads import RawHead  # noqa: E402
 from qgate.io import read_json  # noqa: E402
 from qgate.mixed import quantizer_groups, revert  # noqa: E402
 from qgate.pipeline import evaluate_ir, export_record, fp32_ir, int8_ir, model_dataset  # noqa: E402
 from stages import baseline, int8_eval, quantize, sensitivity  # noqa: E402
 
 SWITCH = "qgate_float_groups"
+HEAD = RawHead()  # the demo's YOLOv8n exports the raw layout
 
 
 def emulated(int8: ov.Model, groups, switchable: bool = True) -> ov.Model:
@@ -75,15 +77,15 @@ def emulated_scores(params, fp32, int8, groups, images) -> np.ndarray:
         x = image_tensor(path, params.model.imgsz)
         f = reference.infer({0: x})[0][0].copy()
         q = request.infer({0: x, SWITCH: np.zeros(n, bool)})[0][0].copy()
-        mask = sensitivity.confident(f, params.sensitivity.conf)
-        base += sensitivity.detection_error(q, f, mask)
+        mask = HEAD.confident(f, params.sensitivity.conf)
+        base += HEAD.detection_error(q, f, mask)
         for i in range(n):
-            errors[i] += sensitivity.detection_error(request.infer({0: x, SWITCH: np.arange(n) == i})[0][0], f, mask)
+            errors[i] += HEAD.detection_error(request.infer({0: x, SWITCH: np.arange(n) == i})[0][0], f, mask)
     return 1 - errors / max(base, 1e-30)  # no error at all (FP32 confident nowhere): every share 1
 
 
 def compiled_scores(params, fp32, int8, groups, images, error=None) -> dict:
-    return sensitivity.score_groups(params, ov.Core(), fp32, int8, groups, images, error)
+    return sensitivity.score_groups(params, ov.Core(), fp32, int8, groups, images, HEAD, error)
 
 
 def squared_error(out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:

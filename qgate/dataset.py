@@ -35,11 +35,28 @@ def load_dataset(yaml_path: str | Path) -> Dataset:
     spec = read_yaml(yaml_path, "dataset yaml not found; set model.dataset in params.yaml")
     names = spec.get("names")
     if isinstance(names, dict):
-        names = [names[k] for k in sorted(names)]
+        names = _names_by_id(yaml_path, names)
     if not names:
         raise QgateError(f"{yaml_path}: no 'names' list; add the class names")
     return Dataset(yaml_path, _resolve_root(yaml_path, spec.get("path", ".")), tuple(map(str, names)),
                    {k: spec[k] for k in ("train", "val", "test", "calib") if spec.get(k)})
+
+
+def _names_by_id(yaml_path: Path, names: dict) -> list[str]:
+    """A `names` mapping as a list indexed by class id; ids must be 0..n-1, as label files and models count them.
+
+    A gap ({0: a, 2: c}) would shift every later class onto its neighbour's name; Ultralytics refuses it too.
+    """
+    try:
+        by_id = {int(key): value for key, value in names.items()}
+    except (TypeError, ValueError) as exc:
+        raise QgateError(f"{yaml_path}: 'names' keys must be class ids (0, 1, ...); fix that yaml") from exc
+    missing = sorted(set(range(max(by_id, default=-1) + 1)) - set(by_id))
+    if missing or min(by_id, default=0) < 0:
+        raise QgateError(f"{yaml_path}: 'names' has no class id {', '.join(map(str, missing[:5])) or '< 0'}; class ids "
+                         f"must run 0..{len(by_id) - 1} without gaps: add a name for each missing id (e.g. "
+                         f"'{(missing or [0])[0]}: unused') or renumber the labels")
+    return [by_id[i] for i in range(len(by_id))]
 
 
 def _resolve_root(yaml_path: Path, path: str) -> Path:

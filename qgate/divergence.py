@@ -42,7 +42,19 @@ def match_layers(fp32: ov.Model, int8: ov.Model, fp32_name: str, int8_name: str)
     if len(matched) < MIN_MATCHED_FRACTION * len(fp32_keys):
         raise QgateError(f"{int8_name}: only {len(matched)} of {len(fp32_keys)} layers of {fp32_name} match by "
                          "name; the two IRs come from different exports, re-run `dvc repro quantize`")
+    # same family, same op names, another model (other class count or input size): names match, shapes do not
+    fp32_shapes, int8_shapes = _output_shapes(fp32), _output_shapes(int8)
+    differing = next((key for key in matched if fp32_shapes[key] != int8_shapes[key]), None)
+    if differing:
+        raise QgateError(f"{int8_name}: layer {differing[0]} has shape {int8_shapes[differing]} but "
+                         f"{fp32_shapes[differing]} in {fp32_name}; the two IRs come from different models, "
+                         "re-run `dvc repro quantize`")
     return matched
+
+
+def _output_shapes(model: ov.Model) -> dict[tuple[str, int], str]:
+    return {(op.get_friendly_name(), port): str(op.get_output_partial_shape(port))
+            for op in model.get_ordered_ops() for port in range(op.get_output_size())}
 
 
 @dataclass

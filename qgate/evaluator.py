@@ -17,21 +17,11 @@ from tqdm import tqdm
 
 from qgate.dataset import coco_ground_truth
 from qgate.errors import QgateError
+from qgate.heads import Postprocess, RawHead
 
 log = logging.getLogger(__name__)
 
 PAD_VALUE = 114
-CLASS_OFFSET = 7680  # Ultralytics' max_wh: separates classes so one NMS pass is class-aware
-MAX_NMS_CANDIDATES = 30000
-
-
-@dataclass(frozen=True)
-class Postprocess:
-    """Detection thresholds; the defaults are Ultralytics' validation settings."""
-
-    conf: float = 0.001
-    iou: float = 0.7
-    max_det: int = 300
 
 
 @dataclass
@@ -117,31 +107,6 @@ def image_tensor(path: Path, imgsz: int) -> np.ndarray:
     return to_tensor(letterbox(load_image(path, imgsz)[0], imgsz)[0])
 
 
-def decode(output: np.ndarray, settings: Postprocess) -> np.ndarray:
-    """Raw head output [4+nc, anchors] -> rows (x1, y1, x2, y2, score, class) after class-aware NMS.
-
-    Multi-label like Ultralytics' validator: one box may yield one row per class above `conf`.
-    """
-    scores = output[4:]
-    anchors, classes = np.nonzero(scores.T > settings.conf)
-    if anchors.size == 0:
-        return np.zeros((0, 6), dtype=np.float32)
-    confidences = scores[classes, anchors]
-    if confidences.size > MAX_NMS_CANDIDATES:
-        top = np.argsort(-confidences, kind="stable")[:MAX_NMS_CANDIDATES]
-        anchors, classes, confidences = anchors[top], classes[top], confidences[top]
-    xywh = output[:4, anchors].T
-    xyxy = np.concatenate([xywh[:, :2] - xywh[:, 2:] / 2, xywh[:, :2] + xywh[:, 2:] / 2], axis=1)
-    shifted = xyxy + (classes * CLASS_OFFSET)[:, None]
-    keep = cv2.dnn.NMSBoxes(_to_xywh(shifted), confidences.astype(np.float32), settings.conf, settings.iou)
-    keep = np.asarray(keep, dtype=np.int64).reshape(-1)[: settings.max_det]
-    return np.concatenate([xyxy[keep], confidences[keep, None], classes[keep, None]], axis=1).astype(np.float32)
-
-
-def _to_xywh(xyxy: np.ndarray) -> np.ndarray:
-    return np.concatenate([xyxy[:, :2], xyxy[:, 2:] - xyxy[:, :2]], axis=1).astype(np.float64)
-
-
 def scale_to_original(rows: np.ndarray, hw0: tuple[int, int], hw: tuple[int, int], pad: tuple[int, int]) -> np.ndarray:
     """Undo letterbox padding and resize, then clip to the original image."""
     boxes = rows[:, :4].copy()
@@ -159,34 +124,64 @@ def to_coco(rows: np.ndarray, image_id: int) -> list[dict]:
              "score": round(float(s), 5)} for x1, y1, x2, y2, s, c in rows]
 
 
-def predict(compiled: ov.CompiledModel, images: list[Path], imgsz: int,
-            settings: Postprocess) -> tuple[list[list[dict]], list[tuple[int, int]]]:
-    """Run every image through the compiled model; return per-image COCO detections and original (h, w)."""
+def predict(compiled: ov.CompiledModel, images: list[Path], imgsz: int, settings: Postprocess,
+            head=RawHead()) -> tuple[list[list[dict]], list[tuple[int, int]]]:
+    """Run every image through the compiled model; return per-image COCO detections and original (h, w).
+
+    `head` (`qgate.heads`) turns the model's output into detections.
+    """
     detections: list[list[dict]] = [[] for _ in images]
     shapes: list[tuple[int, int]] = [(0, 0)] * len(images)
-
-    def on_done(request: ov.InferRequest, userdata: tuple) -> None:
-        index, hw0, hw, pad = userdata
-        rows = decode(request.get_output_tensor(0).data[0], settings)
-        detections[index] = to_coco(scale_to_original(rows, hw0, hw, pad), index)
-
     takes_uint8 = compiled.input(0).get_element_type() == ov.Type.u8  # compile_model's in-graph preprocessing
-    queue = ov.AsyncInferQueue(compiled, max(2, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
-    queue.set_callback(on_done)
-    for index, path in enumerate(tqdm(images, desc="evaluate", unit="img", leave=False, disable=None)):
-        image, hw0, hw = load_image(path, imgsz)
+
+    def prepare(index: int) -> tuple[dict, tuple]:
+        image, hw0, hw = load_image(images[index], imgsz)
         padded, pad = letterbox(image, imgsz)
         shapes[index] = hw0
-        queue.start_async({0: padded[None] if takes_uint8 else to_tensor(padded)}, (index, hw0, hw, pad))
-    queue.wait_all()
+        return {0: padded[None] if takes_uint8 else to_tensor(padded)}, (index, hw0, hw, pad)
+
+    def consume(output: np.ndarray, context: tuple) -> None:
+        index, hw0, hw, pad = context
+        rows = head.detections(output[0], settings)
+        detections[index] = to_coco(scale_to_original(rows, hw0, hw, pad), index)
+
+    indices = tqdm(range(len(images)), desc="evaluate", unit="img", leave=False, disable=None)
+    infer_pipelined(compiled, indices, prepare, consume)
     return detections, shapes
 
 
+def infer_pipelined(compiled: ov.CompiledModel, items, prepare, consume) -> None:
+    """Infer every item asynchronously on the plugin's optimal number of requests, in order.
+
+    `prepare(item)` -> (inputs, context) runs while earlier requests infer; `consume(output, context)` gets each
+    request's first output (valid only during the call) once it is done. No Python callback runs on
+    OpenVINO's threads: with AsyncInferQueue callbacks, destroying the compiled model could deadlock (its
+    stream threads waited for the GIL the main thread held while joining them; seen in the family tests).
+    """
+    requests = [compiled.create_infer_request()
+                for _ in range(max(2, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))]
+    contexts: list = [None] * len(requests)
+    started = 0
+    for item in items:
+        slot = started % len(requests)
+        if contexts[slot] is not None:
+            requests[slot].wait()
+            consume(requests[slot].get_output_tensor(0).data, contexts[slot])
+        inputs, contexts[slot] = prepare(item)
+        requests[slot].start_async(inputs)
+        started += 1
+    for offset in range(len(requests)):  # the rest, oldest first
+        slot = (started + offset) % len(requests)
+        if contexts[slot] is not None:
+            requests[slot].wait()
+            consume(requests[slot].get_output_tensor(0).data, contexts[slot])
+
+
 def evaluate(compiled: ov.CompiledModel, images: list[Path], names: tuple[str, ...], imgsz: int,
-             settings: Postprocess = Postprocess()) -> Evaluation:
+             settings: Postprocess = Postprocess(), head=RawHead()) -> Evaluation:
     """Predict on `images` and score against their YOLO labels with pycocotools COCOeval."""
     start = time.perf_counter()
-    per_image, shapes = predict(compiled, images, imgsz, settings)
+    per_image, shapes = predict(compiled, images, imgsz, settings, head)
     seconds = time.perf_counter() - start
     ground_truth = coco_ground_truth(images, shapes, names)
     detections = [d for image_detections in per_image for d in image_detections]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import openvino as ov
 import openvino.opset13 as opset
 
-from qgate.precision import SKIPPED_TYPES, WEIGHTED_TYPES, upstream_quantizers, weight_quantizer
+from qgate.precision import SKIPPED_TYPES, has_weights, upstream_quantizers, weight_quantizer
 
 
 @dataclass(frozen=True)
@@ -37,12 +37,12 @@ def quantizer_groups(int8: ov.Model) -> list[Group]:
         kind, name = op.get_type_name(), op.get_friendly_name()
         if kind in SKIPPED_TYPES:
             continue
-        has_weights = kind in WEIGHTED_TYPES
-        sources = [op.input_value(i).get_node() for i in range(op.get_input_size()) if not (has_weights and i == 1)]
+        weighted_op = has_weights(op)
+        sources = [op.input_value(i).get_node() for i in range(op.get_input_size()) if not (weighted_op and i == 1)]
         quantizers = list(dict.fromkeys(fq.get_friendly_name() for s in sources for fq in upstream_quantizers(s)))
         if quantizers:
             readers[name] = quantizers
-            if has_weights and weight_quantizer(op.input_value(1).get_node()) is not None:
+            if weighted_op and weight_quantizer(op.input_value(1).get_node()) is not None:
                 weighted.add(name)
     root = _union(readers.values())
     members: dict[str, list[str]] = {}

@@ -52,6 +52,7 @@ class ExportParams:
     """`export:` .pt -> static ONNX -> FP32 OpenVINO IR."""
 
     opset: int
+    end2end: bool
     out_dir: str
     record: str
 
@@ -99,6 +100,7 @@ class QuantizeParams:
     calibration_split: str
     allow_val_calibration: bool
     seed: int
+    keep_decode_float: bool
     ignored_scope: IgnoredScopeParams
     out_dir: str
     precision_table: str

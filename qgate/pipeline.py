@@ -8,7 +8,8 @@ from pathlib import Path
 
 from qgate.dataset import Dataset, load_dataset, split_images, validate_labels
 from qgate.errors import QgateError
-from qgate.evaluator import Evaluation, Postprocess, compile_model, evaluate, measured_precision
+from qgate.evaluator import Evaluation, compile_model, evaluate, measured_precision
+from qgate.heads import Postprocess, head_for
 from qgate.io import read_json, sha256_file
 from qgate.params import Params
 
@@ -102,5 +103,5 @@ def evaluate_ir(params: Params, model: Path | object, record: dict) -> tuple[Eva
     log.info("evaluating %s on %d %s images at %s", model if isinstance(model, Path) else "model", len(images),
              cfg.split, measured_precision(compiled))
     result = evaluate(compiled, images, names, params.model.imgsz,
-                      Postprocess(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det))
+                      Postprocess(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det), head_for(record))
     return result, measured_precision(compiled)

@@ -13,7 +13,11 @@ WEIGHTED_TYPES = {"Convolution", "GroupConvolution", "MatMul", "ConvolutionBackp
 ACTIVATION_TYPES = {"Add", "Subtract", "Multiply", "Divide", "Concat", "MaxPool", "AvgPool", "Interpolate"}
 INT8_TRANSPARENT_TYPES = {"VariadicSplit", "Split", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "MaxPool",
                           "Concat", "StridedSlice", "Slice"}
+WEIGHT_PATH_TYPES = {"Multiply", "Subtract", "Convert", "Reshape", "Unsqueeze", "FakeQuantize"}
 SKIPPED_TYPES = {"FakeQuantize", "Constant", "Parameter", "Result", "Convert"}
+SCOPE_RULE = "ignored by quantize.ignored_scope"
+# "ignored" first, like the user's entries: the structure gate checks that every ignored op did stay float
+DECODE_RULE = "ignored by the box-decode rule (quantize.keep_decode_float)"
 PRECISION_COLUMNS = ["index", "name", "type", "precision", "activations_int8", "weights_int8", "why",
                      "act_input_low", "act_input_high", "act_levels", "weight_levels"]
 
@@ -41,7 +45,7 @@ def scope_matches(model: ov.Model, scope: IgnoredScopeParams, ir_path: Path) -> 
             raise QgateError(f"{ir_path}: quantize.ignored_scope.{label} matches no op of this model; "
                              "fix or remove that entry (op names are the IR's friendly names)")
         for name in names:
-            matches.setdefault(name, f"ignored by quantize.ignored_scope.{label}")
+            matches.setdefault(name, f"{SCOPE_RULE}.{label}")
     return matches
 
 
@@ -52,7 +56,7 @@ def precision_table(model: ov.Model, ignored: dict[str, str]) -> list[dict]:
         kind, name = op.get_type_name(), op.get_friendly_name()
         if kind in SKIPPED_TYPES:
             continue
-        weighted = kind in WEIGHTED_TYPES
+        weighted = has_weights(op)
         producers = [op.input_value(i).get_node() for i in range(op.get_input_size())]
         activation_fqs = [fq for i, p in enumerate(producers) if not (weighted and i == 1)
                           for fq in upstream_quantizers(p)]
@@ -92,12 +96,27 @@ def upstream_quantizers(node) -> list:
 
 
 def weight_quantizer(node):
-    """The weight decompression (int8 Constant -> Convert -> Multiply) or FakeQuantize feeding a weighted op."""
-    while node.get_type_name() in {"Multiply", "Subtract", "Convert", "Reshape", "FakeQuantize"}:
-        if node.get_type_name() == "FakeQuantize" or "fq_weights" in node.get_friendly_name():
-            return node
+    """The weight decompression (int8 Constant -> Convert -> Multiply) or FakeQuantize feeding a weighted op;
+    None for float weights and for an activation (attention's MatMul of two activations has no weights)."""
+    found = None
+    while node.get_type_name() in WEIGHT_PATH_TYPES:
+        if found is None and (node.get_type_name() == "FakeQuantize" or "fq_weights" in node.get_friendly_name()):
+            found = node
         node = node.input_value(0).get_node()
-    return None
+    return found if node.get_type_name() == "Constant" else None
+
+
+def weight_constant(value: ov.Output):
+    """The Constant holding a weighted op's weights (through decompression and quantizers), or None."""
+    node = value.get_node()
+    while node.get_type_name() in WEIGHT_PATH_TYPES:
+        node = node.input_value(0).get_node()
+    return node if node.get_type_name() == "Constant" else None
+
+
+def has_weights(op) -> bool:
+    """A convolution or matrix product whose second input is a constant (not attention's activation x activation)."""
+    return op.get_type_name() in WEIGHTED_TYPES and weight_constant(op.input_value(1)) is not None
 
 
 def _range(fake_quantizes: list) -> tuple:

@@ -7,6 +7,9 @@ from typing import Any
 
 from qgate.errors import QgateError
 
+# Exports (300 queries, [1, 300, 6]) but its decoder, evaluation parity and quantization are untested here.
+UNSUPPORTED_HEADS = {"RTDETRDecoder": "RT-DETR (transformer decoder head)"}
+
 
 def load_detector(weights: str | Path) -> Any:
     """Return `ultralytics.YOLO` for a detection `.pt`; QgateError for missing, corrupt or non-detection files."""
@@ -26,6 +29,10 @@ def load_detector(weights: str | Path) -> Any:
     if task != "detect" or not names:
         raise QgateError(f"{weights}: is a '{task}' model, not a detection model; "
                          "point model.weights at a YOLO detection .pt")
+    head = type(model.model.model[-1]).__name__
+    if head in UNSUPPORTED_HEADS:
+        raise QgateError(f"{weights}: {UNSUPPORTED_HEADS[head]} is not supported yet; qgate judges the YOLO "
+                         "detection families (v3u, v5u, v6, v8, v9, v10, 11, 12, 26)")
     return model
 
 

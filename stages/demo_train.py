@@ -13,9 +13,11 @@ from qgate import offline
 from qgate.cli import run_stage
 from qgate.dataset import load_dataset, ultralytics_yaml
 from qgate.io import write_json
-from qgate.params import Params
+from qgate.params import DemoParams, Params
 
 log = logging.getLogger(__name__)
+
+DEMO_MODEL = "yolov8n.yaml"  # built from scratch: nothing is downloaded
 
 
 def main(params: Params) -> dict:
@@ -23,28 +25,13 @@ def main(params: Params) -> dict:
     demo = params.demo
     weights, metrics_path = Path(demo.weights), Path(demo.metrics)
     metrics_path.unlink(missing_ok=True)
-    dataset = load_dataset(Path(demo.data_dir) / "demo.yaml")
-    offline.ultralytics_settings_off()
-    _use_all_cores()
-    from ultralytics import YOLO
-
     with tempfile.TemporaryDirectory() as tmp:
-        data_yaml = ultralytics_yaml(dataset, Path(tmp) / "demo.yaml")
         start = time.perf_counter()
         log.info("[1/2] demo_train: %d epochs at imgsz %d", demo.epochs, demo.imgsz)
-        # nbs=batch: one optimizer step per batch. Ultralytics' default (nbs 64) accumulates 4-8 batches,
-        # which leaves a few dozen steps in a CPU budget. Mosaic off: it halves object size and slows
-        # convergence; the synthetic val split has the training distribution anyway.
-        YOLO("yolov8n.yaml", task="detect").train(
-            data=str(data_yaml), epochs=demo.epochs, imgsz=demo.imgsz, batch=demo.batch, nbs=demo.batch,
-            optimizer=demo.optimizer, lr0=demo.lr0, warmup_epochs=1, mosaic=0.0, close_mosaic=0,
-            seed=demo.seed, deterministic=True, workers=0, device="cpu", amp=False, plots=False, val=False,
-            verbose=False, project=tmp, name="train", exist_ok=True)
+        trained = train_on_demo_data(DEMO_MODEL, demo, Path(tmp))
         train_seconds = time.perf_counter() - start
-        trained = Path(tmp) / "train" / "weights" / "last.pt"
         log.info("[2/2] demo_train: validating on the val split")
-        result = YOLO(str(trained)).val(data=str(data_yaml), imgsz=demo.imgsz, batch=demo.batch, rect=False,
-                                        plots=False, device="cpu", project=tmp, name="val", verbose=False)
+        result = validate_on_demo_data(trained, demo, Path(tmp))
         weights.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(trained, weights.with_suffix(".tmp"))
         weights.with_suffix(".tmp").rename(weights)
@@ -52,6 +39,33 @@ def main(params: Params) -> dict:
                "epochs": demo.epochs, "imgsz": demo.imgsz, "train_seconds": round(train_seconds, 1)}
     write_json(metrics_path, metrics)
     return metrics
+
+
+def train_on_demo_data(model_yaml: str, demo: DemoParams, work: Path) -> Path:
+    """Train `model_yaml` (any Ultralytics detection yaml, e.g. yolo11n.yaml) from scratch on the demo data with
+    the `demo:` schedule; return the final weights under `work`. Other families' tests and benchmarks use it."""
+    offline.ultralytics_settings_off()
+    _use_all_cores()
+    from ultralytics import YOLO
+
+    data_yaml = ultralytics_yaml(load_dataset(Path(demo.data_dir) / "demo.yaml"), work / "demo.yaml")
+    # nbs=batch: one optimizer step per batch. Ultralytics' default (nbs 64) accumulates 4-8 batches,
+    # which leaves a few dozen steps in a CPU budget. Mosaic off: it halves object size and slows
+    # convergence; the synthetic val split has the training distribution anyway.
+    YOLO(model_yaml, task="detect").train(
+        data=str(data_yaml), epochs=demo.epochs, imgsz=demo.imgsz, batch=demo.batch, nbs=demo.batch,
+        optimizer=demo.optimizer, lr0=demo.lr0, warmup_epochs=1, mosaic=0.0, close_mosaic=0,
+        seed=demo.seed, deterministic=True, workers=0, device="cpu", amp=False, plots=False, val=False,
+        verbose=False, project=str(work), name="train", exist_ok=True)
+    return work / "train" / "weights" / "last.pt"
+
+
+def validate_on_demo_data(weights: Path, demo: DemoParams, work: Path):
+    """Ultralytics' own val of `weights` on the demo's val split at the static size exported models run."""
+    from ultralytics import YOLO
+
+    return YOLO(str(weights)).val(data=str(work / "demo.yaml"), imgsz=demo.imgsz, batch=demo.batch, rect=False,
+                                  plots=False, device="cpu", project=str(work), name="val", verbose=False)
 
 
 def _use_all_cores() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import openvino as ov
 
 from qgate.cli import run_stage
+from qgate.heads import decode_ops, output_layout
 from qgate.io import atomic_dir, sha256_file, write_json
 from qgate.params import Params
 from qgate.pipeline import FP32_IR_NAME, op_inventory
@@ -30,9 +31,12 @@ def main(params: Params) -> dict:
         onnx_path = _export_onnx(model, params, staging)
         log.info("[2/2] export: ONNX -> FP32 OpenVINO IR")
         ir = ov.convert_model(onnx_path)
+        layout = output_layout(ir, len(model.names), params.model.weights)
         ov.save_model(ir, staging / FP32_IR_NAME, compress_to_fp16=False)  # default would halve weights to FP16
-        record = _record(params, model.names, ir, staging)
+        record = _record(params, model.names, ir, staging) | {"head_layout": layout,
+                                                              "head_decode_ops": len(decode_ops(ir))}
     write_json(record_path, record)
+    log.info("export: %s head, %d decode ops, output %s", layout, record["head_decode_ops"], record["output_shape"])
     return {k: v for k, v in record.items() if isinstance(v, (int, float))}
 
 
@@ -41,8 +45,10 @@ def _export_onnx(model, params: Params, staging: Path) -> Path:
     source = staging / "weights.pt"
     shutil.copyfile(params.model.weights, source)
     model.ckpt_path = str(source)
+    # nms=False asks an NMS-free head (v10/26) for its one-to-one [1, K, 6] output; None keeps the raw layout
     exported = model.export(format="onnx", opset=params.export.opset, imgsz=params.model.imgsz,
-                            dynamic=False, simplify=True, half=False, batch=1, device="cpu")
+                            dynamic=False, simplify=True, half=False, batch=1, device="cpu",
+                            nms=False if params.export.end2end else None)
     onnx_path = staging / ONNX_NAME
     Path(exported).rename(onnx_path)
     source.unlink()
@@ -60,6 +66,7 @@ def _record(params: Params, names: dict, ir: ov.Model, folder: Path) -> dict:
         "imgsz": params.model.imgsz,
         "opset": params.export.opset,
         "input_shape": shape,
+        "output_shape": [int(d) for d in ir.outputs[0].get_shape()],
         "num_classes": len(names),
         "class_names": [names[i] for i in sorted(names)],
         **op_inventory(ir),

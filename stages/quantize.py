@@ -13,10 +13,11 @@ from qgate.cli import run_stage
 from qgate.dataset import Dataset, split_images
 from qgate.errors import QgateError
 from qgate.evaluator import image_tensor
+from qgate.heads import decode_ops
 from qgate.io import atomic_dir, write_csv, write_json
 from qgate.params import Params
 from qgate.pipeline import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, model_dataset, op_inventory
-from qgate.precision import PRECISION_COLUMNS, precision_table, scope_matches
+from qgate.precision import DECODE_RULE, PRECISION_COLUMNS, SCOPE_RULE, precision_table, scope_matches
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,12 @@ def main(params: Params) -> dict:
     calibration = calibration_images(params, dataset)
     model = ov.Core().read_model(fp32_ir(params))
     log.info("[1/3] quantize: matching the ignored scope")
-    matches = scope_matches(model, cfg.ignored_scope, fp32_ir(params))
-    log.info("[2/3] quantize: NNCF %s preset on %d calibration images", cfg.preset, len(calibration))
+    decode = decode_scope(model, params)
+    matches = {name: DECODE_RULE for name in decode} | scope_matches(model, cfg.ignored_scope, fp32_ir(params))
+    log.info("[2/3] quantize: NNCF %s preset on %d calibration images, %d box-decode ops kept float", cfg.preset,
+             len(calibration), len(decode))
     start = time.perf_counter()
-    quantized = _quantize(model, calibration, params)
+    quantized = _quantize(model, calibration, params, decode)
     seconds = time.perf_counter() - start
     rows = precision_table(quantized, matches)
     log.info("[3/3] quantize: writing %s", cfg.out_dir)
@@ -44,7 +47,8 @@ def main(params: Params) -> dict:
         "fake_quantize_count": sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ops()),
         "ops_int8": sum(row["precision"] == "int8" for row in rows),
         "ops_float": sum(row["precision"] == "float" for row in rows),
-        "ops_ignored_by_scope": sum(row["why"].startswith("ignored") for row in rows),
+        "ops_ignored_by_scope": sum(row["why"].startswith(SCOPE_RULE) for row in rows),
+        "ops_float_by_decode_rule": sum(row["why"] == DECODE_RULE for row in rows),
         "calibration_images": len(calibration),
         "calibration_overlaps_val": int(_overlap(params, dataset, calibration) > 0),
         "quantize_seconds": round(seconds, 2),
@@ -70,6 +74,11 @@ def int8_record(quantized: ov.Model, record: dict, int8_sha256: str) -> dict:
     }
 
 
+def decode_scope(model: ov.Model, params: Params) -> list[str]:
+    """The head's box-decode ops the automatic rule keeps float (none when `quantize.keep_decode_float` is off)."""
+    return decode_ops(model) if params.quantize.keep_decode_float else []
+
+
 def calibration_images(params: Params, dataset: Dataset) -> list[Path]:
     """Seeded subset of the calibration split; refuses val images unless the params allow them."""
     cfg = params.quantize
@@ -93,7 +102,7 @@ def _overlap(params: Params, dataset: Dataset, images: list[Path]) -> int:
     return sum(p.resolve() in evaluated for p in images)
 
 
-def _quantize(model: ov.Model, images: list[Path], params: Params) -> ov.Model:
+def _quantize(model: ov.Model, images: list[Path], params: Params, decode: list[str]) -> ov.Model:
     import nncf
 
     cfg = params.quantize
@@ -107,7 +116,7 @@ def _quantize(model: ov.Model, images: list[Path], params: Params) -> ov.Model:
 
     scope = cfg.ignored_scope
     ignored = nncf.IgnoredScope(
-        names=list(scope.names), patterns=list(scope.patterns), types=list(scope.types),
+        names=list(dict.fromkeys([*decode, *scope.names])), patterns=list(scope.patterns), types=list(scope.types),
         subgraphs=[nncf.Subgraph(inputs=list(s.inputs), outputs=list(s.outputs)) for s in scope.subgraphs])
     return nncf.quantize(
         model, nncf.Dataset(images, transform), preset=nncf.QuantizationPreset(cfg.preset),

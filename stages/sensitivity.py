@@ -16,7 +16,8 @@ import openvino as ov
 from qgate.cli import run_stage
 from qgate.compare import match
 from qgate.dataset import split_images
-from qgate.evaluator import Postprocess, decode, image_tensor, to_coco
+from qgate.evaluator import image_tensor, infer_pipelined, to_coco
+from qgate.heads import Postprocess, head_for
 from qgate.io import write_csv, write_json, write_text
 from qgate.mixed import Group, quantizer_groups, revert
 from qgate.params import Params
@@ -46,7 +47,7 @@ def main(params: Params) -> dict:
     start = time.perf_counter()
     log.info("[1/2] sensitivity: %d quantizer groups, each compiled in float alone, on %d val images",
              len(groups), len(images))
-    scores = score_groups(params, core, fp32, int8, groups, images)
+    scores = score_groups(params, core, fp32, int8, groups, images, head_for(record))
     rows = (rank(groups, scores, images, clip_shares(params), cfg.rank_quantile) if scores["base"].sum() > 0
             else [])
     log.info("[2/2] sensitivity: writing %s", cfg.csv)
@@ -82,30 +83,33 @@ def ranking_images(params: Params, record: dict) -> list[Path]:
 
 
 def score_groups(params: Params, core: ov.Core, fp32: ov.Model, int8: ov.Model, groups: list[Group],
-                 images: list[Path], error=None) -> dict:
-    """Detection error against FP32 (on its confident anchors) and detection disagreement, per group and image.
+                 images: list[Path], head, error=None) -> dict:
+    """Detection error against FP32 (on its confident detections) and detection disagreement, per group and image.
 
     Each group is compiled as a real mixed-precision model: the CPU's int8 kernels add error a float
     emulation of FakeQuantize does not show (on the demo, on this AVX2 machine: mAP50-95 drop 0.021 real,
-    0.014 emulated), and the groups that fix it are the ones that matter. `error` replaces
-    `detection_error` (benchmarks compare scores).
+    0.014 emulated), and the groups that fix it are the ones that matter. `head` (`qgate.heads`) reads the
+    output layout; `error` replaces its `detection_error` (benchmarks compare scores).
     """
-    error = error or detection_error
+    error = error or head.detection_error
     config = {"INFERENCE_PRECISION_HINT": params.baseline.inference_precision, "PERFORMANCE_HINT": "THROUGHPUT"}
     inputs = [image_tensor(path, params.model.imgsz) for path in images]
     settings = Postprocess(conf=params.int8_eval.bad_case_conf, iou=params.baseline.iou,
                            max_det=params.baseline.max_det)
     reference = _outputs(core.compile_model(fp32, "CPU", config), inputs)
     quantized = _outputs(core.compile_model(int8, "CPU", config), inputs)
-    masks = [confident(f, params.sensitivity.conf) for f in reference]
-    fp32_dets = [to_coco(decode(f, settings), 0) for f in reference]
+    # none on an empty image: it adds no error (every anchor's box there is noise, which drowned the rest)
+    masks = [head.confident(f, params.sensitivity.conf) for f in reference]
+    base = np.array([error(q, f, m) for q, f, m in zip(quantized, reference, masks)])
+    if not base.any():  # FP32 confident nowhere, or INT8 exactly FP32 there: no group can remove anything
+        return {"base": base, "errors": None, "disagreements": None}
+    fp32_dets = [to_coco(head.detections(f, settings), 0) for f in reference]
     errors, disagreements = [], []
     for outputs in _each_group_outputs(core, fp32, int8, groups, inputs, config):
         errors.append([error(o, f, m) for o, f, m in zip(outputs, reference, masks)])
-        disagreements.append([_disagreement(d, to_coco(decode(o, settings), 0), params.int8_eval.bad_case_iou)
-                              for o, d in zip(outputs, fp32_dets)])
-    return {"base": np.array([error(q, f, m) for q, f, m in zip(quantized, reference, masks)]),
-            "errors": np.array(errors).reshape(len(groups), len(images)),
+        disagreements.append([_disagreement(d, to_coco(head.detections(o, settings), 0),
+                                            params.int8_eval.bad_case_iou) for o, d in zip(outputs, fp32_dets)])
+    return {"base": base, "errors": np.array(errors).reshape(len(groups), len(images)),
             "disagreements": np.array(disagreements).reshape(len(groups), len(images))}
 
 
@@ -133,45 +137,11 @@ def _outputs(compiled: ov.CompiledModel, inputs: list[np.ndarray]) -> list[np.nd
     """The head output for every input, inferred asynchronously (the plugin's optimal number of requests)."""
     outputs: list[np.ndarray] = [np.empty(0)] * len(inputs)
 
-    def keep(request: ov.InferRequest, index: int) -> None:
-        outputs[index] = request.get_output_tensor(0).data[0].copy()
+    def keep(output: np.ndarray, index: int) -> None:
+        outputs[index] = output[0].copy()
 
-    queue = ov.AsyncInferQueue(compiled)
-    queue.set_callback(keep)
-    for index, x in enumerate(inputs):
-        queue.start_async({0: x}, index)
-    queue.wait_all()
+    infer_pipelined(compiled, range(len(inputs)), lambda index: ({0: inputs[index]}, index), keep)
     return outputs
-
-
-def confident(fp32_out: np.ndarray, conf: float) -> np.ndarray:
-    """Anchors where FP32 scores some class at least `conf` (the ones that become its detections)."""
-    # none on an empty image: it adds no error (every anchor's box there is noise, which drowned the rest)
-    return fp32_out[4:].max(0) >= conf
-
-
-def detection_error(out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:
-    """Sum over the masked anchors of two head outputs [4+nc, anchors]: 1 - IoU of the two boxes, plus the
-    squared change of the reference's best class score.
-
-    Overlap, not squared pixels: mAP50-95 judges boxes by IoU, and squared pixels let the large
-    objects' boxes outweigh the rest (on the COCO reference that hid the box decode groups NNCF's
-    accuracy control needs in float; README). The score change is squared so that a class-only fault
-    still shows while every group's small score jitter does not drown the box error.
-    """
-    ref, cand = reference[:, mask], out[:, mask]
-    columns = np.arange(ref.shape[1])
-    best = ref[4:].argmax(0)
-    score_change = ref[4 + best, columns] - cand[4 + best, columns]
-    return float(np.sum(1 - _box_iou(ref[:4], cand[:4]) + score_change ** 2))
-
-
-def _box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of boxes given as columns (centre x, centre y, width, height), pairwise by column."""
-    lo = np.maximum(a[:2] - a[2:] / 2, b[:2] - b[2:] / 2)
-    hi = np.minimum(a[:2] + a[2:] / 2, b[:2] + b[2:] / 2)
-    inter = np.prod(np.clip(hi - lo, 0, None), axis=0)
-    return inter / np.maximum(np.prod(a[2:], 0) + np.prod(b[2:], 0) - inter, 1e-9)
 
 
 def _disagreement(reference: list[dict], candidate: list[dict], iou: float) -> float:

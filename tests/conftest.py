@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,52 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO_CLASSES = ["ellipse", "rectangle", "triangle", "star"]
 
 offline.configure()
+
+
+def _git_status() -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout
+
+
+@pytest.fixture(scope="session", autouse=True)
+def checkout_left_as_it_was():
+    """`make test` must not change the checkout: a user who runs the tests and commits must not commit their output."""
+    before = _git_status()
+    yield
+    after = _git_status()
+    assert after == before, f"the test suite changed the checkout:\n{after}"
+
+
+def venv_env() -> dict[str, str]:
+    """The environment with the project's .venv first on PATH (dvc, make's tools)."""
+    return {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+
+
+def working_tree_copy(dest: Path) -> Path:
+    """The checkout's working tree (tracked and untracked files, not ignored ones) as a new git repository in
+    `dest`, sharing this checkout's .venv: the pipeline tests run DVC there, never in the checkout itself."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    (dest / ".venv").symlink_to(ROOT / ".venv")
+    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=qgate", "-c", "user.email=qgate@localhost",
+                                                    "commit", "-qm", "working tree under test"]):
+        subprocess.run(["git", *command], cwd=dest, check=True, capture_output=True)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def demo_checkout(tmp_path_factory) -> Path:
+    """A copy of the checkout after the real `dvc repro` of the demo pipeline (trains the demo model)."""
+    checkout = working_tree_copy(tmp_path_factory.mktemp("checkout"))
+    done = subprocess.run(["dvc", "repro"], cwd=checkout, env=venv_env(), capture_output=True, text=True,
+                          timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return checkout
 
 
 def stage(name: str, cwd: Path, params: str = "params.yaml") -> subprocess.CompletedProcess:
@@ -46,8 +93,8 @@ def assert_fails_cleanly(name: str, project: Path, fragments: list[str], output:
     return line
 
 
-def make_dataset(root: Path, images: int = 6, seed: int = 0) -> Path:
-    """A small synthetic dataset with a val split under `root`; returns its yaml."""
+def make_dataset(root: Path, images: int = 6, seed: int = 0, classes: int = len(DEMO_CLASSES)) -> Path:
+    """A small synthetic dataset with a val split under `root`, of the first `classes` demo classes; its yaml."""
     import cv2
 
     from stages.demo_data import draw_image
@@ -57,11 +104,11 @@ def make_dataset(root: Path, images: int = 6, seed: int = 0) -> Path:
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
         (root / "labels" / split).mkdir(parents=True, exist_ok=True)
         for i in range(images):
-            image, labels = draw_image(rng, len(DEMO_CLASSES), 3)
+            image, labels = draw_image(rng, classes, 3)
             cv2.imwrite(str(root / "images" / split / f"{i}.jpg"), image)
             text = "".join(f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}\n" for c, x, y, w, h in labels)
             (root / "labels" / split / f"{i}.txt").write_text(text)
-    spec = {"path": ".", "val": "images/val", "calib": "images/calib", "names": dict(enumerate(DEMO_CLASSES))}
+    spec = {"path": ".", "val": "images/val", "calib": "images/calib", "names": dict(enumerate(DEMO_CLASSES[:classes]))}
     (root / "data.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return root / "data.yaml"
 

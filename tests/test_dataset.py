@@ -110,3 +110,37 @@ def test_no_names(tmp_path):
     (tmp_path / "data.yaml").write_text(yaml.safe_dump({"path": ".", "val": "images/val"}))
     with pytest.raises(QgateError, match="no 'names' list"):
         load_dataset(tmp_path / "data.yaml")
+
+
+def test_names_as_a_dict_in_any_key_order(tmp_path):
+    yaml_path = _dataset(tmp_path, {"x": "2 0.5 0.5 0.2 0.2\n"})
+    spec = yaml.safe_load(yaml_path.read_text())
+    yaml_path.write_text(yaml.safe_dump({**spec, "names": {2: "c", 0: "a", 1: "b"}}))
+    assert load_dataset(yaml_path).names == ("a", "b", "c")
+
+
+def test_names_with_a_gap_is_an_error_naming_the_missing_id(tmp_path):
+    yaml_path = _dataset(tmp_path, {"x": "2 0.5 0.5 0.2 0.2\n"})
+    spec = yaml.safe_load(yaml_path.read_text())
+    yaml_path.write_text(yaml.safe_dump({**spec, "names": {0: "a", 2: "c"}}))
+    with pytest.raises(QgateError, match=r"data.yaml: 'names' has no class id 1; .*'1: unused'"):
+        load_dataset(yaml_path)
+
+
+@pytest.mark.parametrize("shape, dtype", [((37, 50), "uint8"), ((37, 50, 4), "uint8"), ((37, 50, 3), "uint16"),
+                                          ((37, 50), "uint16")], ids=["gray", "rgba", "rgb16", "gray16"])
+def test_odd_image_formats_load_as_8bit_bgr_like_ultralytics(tmp_path, shape, dtype):
+    """Grayscale, RGBA and 16-bit PNGs decode to the same 8-bit BGR pixels Ultralytics' val loader reads."""
+    import cv2
+    import numpy as np
+    from ultralytics.utils.patches import imread
+
+    from qgate.evaluator import load_image
+
+    pixels = np.random.default_rng(0).integers(0, np.iinfo(dtype).max, shape, dtype=dtype)
+    path = tmp_path / "odd.png"
+    cv2.imwrite(str(path), pixels)
+    ours, hw0, _ = load_image(path, 50)  # long side already 50: no resize, the decoded pixels themselves
+    theirs = imread(str(path), flags=cv2.IMREAD_COLOR)  # what the val dataset's cv2_flag is for 3-channel models
+    assert ours.dtype == np.uint8 and ours.shape == (37, 50, 3) and hw0 == (37, 50)
+    assert np.array_equal(ours, theirs)

@@ -9,7 +9,8 @@ import numpy as np
 import openvino.opset13 as opset
 import pytest
 
-from tests.conftest import assert_fails_cleanly, copy_project, edit_int8, feeding_quantizer, scale_range, stage
+from tests.conftest import (DEMO_CLASSES, assert_fails_cleanly, copy_project, edit_int8, feeding_quantizer,
+                            make_dataset, scale_range, stage, write_params)
 
 PLANTED = "/model.1/conv/Conv/WithoutBiases"
 
@@ -89,3 +90,24 @@ def test_irs_from_different_exports(tmp_path, quantized_project, tiny_weights):
 def test_zero_images_is_a_params_error(tmp_path, quantized_project, tiny_weights, images):
     project = copy_project(quantized_project, tmp_path, tiny_weights, divergence__images=images)
     assert_fails_cleanly("divergence", project, ["'divergence.images' must be >= 1"], "metrics/divergence.json")
+
+
+def test_int8_ir_of_another_model_with_the_same_op_names(tmp_path, quantized_project, tiny_weights):
+    """Same family, other class count: every op name matches, the head's shapes do not (was a numpy crash)."""
+    from tests.test_families import tiny_detector
+
+    other_weights = tiny_detector(tmp_path / "other", "v8/yolov8.yaml", seed=1, classes=DEMO_CLASSES[:3])
+    other = tmp_path / "other_project"
+    other.mkdir()
+    dataset = make_dataset(other / "data", images=2, classes=3)
+    write_params(other, other_weights, dataset)
+    for name in ("export", "quantize"):
+        result = stage(name, other)
+        assert result.returncode == 0, result.stderr
+    project = copy_project(quantized_project, tmp_path / "mixed_up", tiny_weights)
+    for suffix in (".xml", ".bin"):
+        (project / "models/int8/model_int8").with_suffix(suffix).write_bytes(
+            (other / "models/int8/model_int8").with_suffix(suffix).read_bytes())
+    line = assert_fails_cleanly("divergence", project, ["model_int8.xml: layer", "different models"],
+                                "metrics/divergence.json")
+    assert "has shape" in line

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from qgate.evaluator import (Postprocess, coco_map, decode, letterbox, load_image, scale_to_original, to_coco,
-                             to_tensor)
+from qgate.evaluator import coco_map, letterbox, load_image, scale_to_original, to_coco, to_tensor
+from qgate.heads import End2EndHead, Postprocess, RawHead
 
 SHAPES = [(480, 640), (427, 640), (100, 50), (333, 201), (320, 320)]
 
@@ -56,7 +56,7 @@ def test_decode_matches_ultralytics_nms(seed):
 
     output = _fake_head_output(np.random.default_rng(seed))
     settings = Postprocess(conf=0.001, iou=0.7, max_det=300)
-    ours = decode(output, settings)
+    ours = RawHead().detections(output, settings)
     theirs = nms.non_max_suppression(torch.from_numpy(output[None]), settings.conf, settings.iou, multi_label=True,
                                      max_det=settings.max_det)[0].numpy()
     assert ours.shape == theirs.shape
@@ -74,7 +74,22 @@ def test_decode_matches_ultralytics_nms(seed):
 
 def test_decode_with_nothing_above_conf():
     output = np.zeros((9, 100), dtype=np.float32)
-    assert decode(output, Postprocess()).shape == (0, 6)
+    assert RawHead().detections(output, Postprocess()).shape == (0, 6)
+    assert End2EndHead().detections(np.zeros((300, 6), np.float32), Postprocess()).shape == (0, 6)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_end2end_decode_matches_ultralytics(seed):
+    from ultralytics.utils import nms
+
+    rng = np.random.default_rng(seed)
+    corners = np.sort(rng.uniform(0, 320, (300, 2, 2)), axis=1).reshape(300, 4)
+    scores = np.sort(rng.beta(0.3, 4, 300))[::-1]  # top-K: best first, as the head emits them
+    output = np.concatenate([corners, scores[:, None], rng.integers(0, 5, (300, 1))], axis=1).astype(np.float32)
+    settings = Postprocess(conf=0.01, iou=0.7, max_det=100)
+    theirs = nms.non_max_suppression(torch.from_numpy(output[None]), settings.conf, settings.iou,
+                                     max_det=settings.max_det, end2end=True)[0].numpy()
+    np.testing.assert_array_equal(End2EndHead().detections(output, settings), theirs)
 
 
 def _ground_truth(boxes):

@@ -25,7 +25,9 @@ def test_quantize_writes_int8_ir_table_and_metrics(quantized_project):
     assert metrics["ops_int8"] == sum(r["precision"] == "int8" for r in rows) > 0
     decode = [r for r in rows if r["name"] == "/model.22/dfl/conv/Conv"]
     assert decode and decode[0]["precision"] == "float"
-    assert decode[0]["why"].startswith("ignored by quantize.ignored_scope.subgraphs[0]")
+    assert decode[0]["why"] == "ignored by the box-decode rule (quantize.keep_decode_float)"
+    assert metrics["ops_float_by_decode_rule"] == sum(r["why"] == decode[0]["why"] for r in rows) > 5
+    assert metrics["ops_ignored_by_scope"] == 0  # the default params.yaml names no op
     convs = [r for r in rows if r["type"] == "Convolution" and r["precision"] == "int8"]
     assert convs and all(r["weights_int8"] == "1" and r["act_levels"] == "256" for r in convs)
     assert all(float(r["act_input_low"]) < float(r["act_input_high"]) for r in convs)

@@ -1,0 +1,183 @@
+"""What differs between Ultralytics detection heads, in one place: output layouts and the box decode kept in float.
+
+Every family ultralytics 8.4 exports (v3u, v5u, v6, v8, v9, v10, 11, 12, 26, their P2/P6 variants) ends in
+one of two output layouts, told apart by shape at export and recorded in the export record:
+
+- `raw` [1, 4+nc, anchors]: boxes xywh in input pixels, sigmoided class scores, NMS still to run;
+- `end2end` [1, K, 6]: rows (x1, y1, x2, y2, score, class) of an NMS-free head (v10/26 exported with
+  `export.end2end: true`), already top-K, no NMS.
+
+The box decode (DFL, anchors, strides, the class sigmoid, top-K) is found from the graph, not from a family's
+node names: it is every op the output depends on without passing through a learned layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import openvino as ov
+
+from qgate.errors import QgateError
+from qgate.precision import has_weights, weight_constant
+
+NOT_COMPUTED = {"Constant", "Parameter", "Result"}
+CLASS_OFFSET = 7680  # Ultralytics' max_wh: separates classes so one NMS pass is class-aware
+MAX_NMS_CANDIDATES = 30000
+END2END_COLUMNS = 6
+
+
+@dataclass(frozen=True)
+class Postprocess:
+    """Detection thresholds; the defaults are Ultralytics' validation settings."""
+
+    conf: float = 0.001
+    iou: float = 0.7
+    max_det: int = 300
+
+
+class RawHead:
+    """[4+nc, anchors] per image: xywh boxes and class scores per anchor; NMS turns it into detections."""
+
+    layout = "raw"
+
+    def detections(self, output: np.ndarray, settings: Postprocess) -> np.ndarray:
+        """Rows (x1, y1, x2, y2, score, class) after class-aware NMS, multi-label like Ultralytics' validator."""
+        scores = output[4:]
+        anchors, classes = np.nonzero(scores.T > settings.conf)
+        if anchors.size == 0:
+            return np.zeros((0, 6), dtype=np.float32)
+        confidences = scores[classes, anchors]
+        if confidences.size > MAX_NMS_CANDIDATES:
+            top = np.argsort(-confidences, kind="stable")[:MAX_NMS_CANDIDATES]
+            anchors, classes, confidences = anchors[top], classes[top], confidences[top]
+        xyxy = _xywh_to_xyxy(output[:4, anchors].T)
+        shifted = xyxy + (classes * CLASS_OFFSET)[:, None]
+        keep = cv2.dnn.NMSBoxes(_corner_size(shifted), confidences.astype(np.float32), settings.conf, settings.iou)
+        keep = np.asarray(keep, dtype=np.int64).reshape(-1)[: settings.max_det]
+        return np.concatenate([xyxy[keep], confidences[keep, None], classes[keep, None]], axis=1).astype(np.float32)
+
+    def confident(self, output: np.ndarray, conf: float) -> np.ndarray:
+        """Anchors where some class scores at least `conf` (the ones that become detections)."""
+        return output[4:].max(0) >= conf
+
+    def detection_error(self, out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:
+        """Sum over the reference's confident anchors: 1 - IoU of the two boxes, plus the squared change of the
+        reference's best class score.
+
+        Overlap, not squared pixels: mAP50-95 judges boxes by IoU, and squared pixels let the large
+        objects' boxes outweigh the rest (on the COCO reference that hid the box decode groups NNCF's
+        accuracy control needs in float; README). The score change is squared so that a class-only fault
+        still shows while every group's small score jitter does not drown the box error.
+        """
+        ref, cand = reference[:, mask], out[:, mask]
+        columns = np.arange(ref.shape[1])
+        best = ref[4:].argmax(0)
+        score_change = ref[4 + best, columns] - cand[4 + best, columns]
+        return float(np.sum(1 - _paired_iou(_xywh_to_xyxy(ref[:4].T), _xywh_to_xyxy(cand[:4].T))
+                            + score_change ** 2))
+
+
+class End2EndHead:
+    """[K, 6] per image: rows (x1, y1, x2, y2, score, class), top-K of an NMS-free head; no NMS to run."""
+
+    layout = "end2end"
+
+    def detections(self, output: np.ndarray, settings: Postprocess) -> np.ndarray:
+        """The rows scoring above `conf`, in the head's (top-K) order, at most `max_det`: Ultralytics' validator."""
+        return output[output[:, 4] > settings.conf][: settings.max_det].astype(np.float32)
+
+    def confident(self, output: np.ndarray, conf: float) -> np.ndarray:
+        """Rows scoring at least `conf`."""
+        return output[:, 4] >= conf
+
+    def detection_error(self, out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:
+        """Sum over the reference's confident rows: 1 - IoU with the best-overlapping same-class row of `out`,
+        plus the squared score change.
+
+        Row k of two models is not the same object (top-K reorders), so rows are matched by overlap; a
+        reference detection with no same-class counterpart costs 1 + its score squared.
+        """
+        ref = reference[mask]
+        error = 0.0
+        for box, score, cls in zip(ref[:, :4], ref[:, 4], ref[:, 5]):
+            same = out[out[:, 5] == cls]
+            if not len(same):
+                error += 1 + score ** 2
+                continue
+            ious = _paired_iou(np.repeat(box[None], len(same), 0), same[:, :4])
+            best = int(ious.argmax())
+            error += 1 - ious[best] + (score - same[best, 4]) ** 2
+        return float(error)
+
+
+HEADS = {head.layout: head for head in (RawHead(), End2EndHead())}
+
+
+def head_for(record: dict) -> RawHead | End2EndHead:
+    """The head adapter the export record names; an error for a record written before heads were recorded."""
+    layout = record.get("head_layout")
+    if layout not in HEADS:
+        raise QgateError(f"export record names no known head layout ({layout!r}); re-run `dvc repro export`")
+    return HEADS[layout]
+
+
+def output_layout(model: ov.Model, num_classes: int, where: str) -> str:
+    """`raw` or `end2end` from the first output's static shape; an error for any other layout."""
+    shape = [int(d) for d in model.outputs[0].get_shape()]
+    if len(shape) == 3 and shape[1] == 4 + num_classes:
+        return "raw"
+    if len(shape) == 3 and shape[2] == END2END_COLUMNS:
+        return "end2end"
+    raise QgateError(f"{where}: output shape {shape} is neither [1, 4+{num_classes}, anchors] nor [1, K, 6]; "
+                     "qgate judges Ultralytics detection heads only")
+
+
+def decode_ops(model: ov.Model) -> list[str]:
+    """Friendly names of the box decode: every op the first output depends on without crossing a learned layer.
+
+    Learned layers are convolutions and matrix products with trained weights, and the bias Add that follows
+    one. DFL's convolution has fixed weights 0..reg_max-1 (a weighted sum, not a learned layer) and belongs to
+    the decode. In graph order.
+    """
+    inside: set[str] = set()
+    stack = [model.get_results()[0].input_value(0).get_node()]
+    while stack:
+        op = stack.pop()
+        name = op.get_friendly_name()
+        if name in inside or op.get_type_name() in NOT_COMPUTED or _learned(op) or _bias_of_learned(op):
+            continue
+        inside.add(name)
+        stack += [op.input_value(i).get_node() for i in range(op.get_input_size())]
+    return [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_friendly_name() in inside]
+
+
+def _learned(op) -> bool:
+    if not has_weights(op):
+        return False  # activation x activation (attention) has no weights: part of whatever feeds it
+    flat = weight_constant(op.input_value(1)).get_data().ravel()
+    return not np.array_equal(flat, np.arange(flat.size, dtype=flat.dtype))  # DFL's fixed 0..reg_max-1
+
+
+def _bias_of_learned(op) -> bool:
+    if op.get_type_name() != "Add":
+        return False
+    sources = [op.input_value(i).get_node() for i in range(2)]
+    return _learned(sources[0]) and weight_constant(op.input_value(1)) is not None
+
+
+def _xywh_to_xyxy(xywh: np.ndarray) -> np.ndarray:
+    return np.concatenate([xywh[:, :2] - xywh[:, 2:] / 2, xywh[:, :2] + xywh[:, 2:] / 2], axis=1)
+
+
+def _corner_size(xyxy: np.ndarray) -> np.ndarray:
+    return np.concatenate([xyxy[:, :2], xyxy[:, 2:] - xyxy[:, :2]], axis=1).astype(np.float64)
+
+
+def _paired_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of corner boxes a[i] and b[i], row by row."""
+    lo, hi = np.maximum(a[:, :2], b[:, :2]), np.minimum(a[:, 2:], b[:, 2:])
+    inter = np.prod(np.clip(hi - lo, 0, None), axis=1)
+    areas = np.prod(np.clip(a[:, 2:] - a[:, :2], 0, None), 1) + np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), 1)
+    return inter / np.maximum(areas - inter, 1e-9)

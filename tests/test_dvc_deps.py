@@ -1,0 +1,63 @@
+"""Honest caching: every DVC stage depends on all the project code it runs, derived from the imports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+PACKAGES = ("qgate", "stages")
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Project modules (`qgate.x`, `stages.y`) a file imports anywhere in it, function bodies included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {name for name in names if name.split(".")[0] in PACKAGES and _file(name).is_file()}
+    return found
+
+
+def _file(module: str) -> Path:
+    return ROOT / (module.replace(".", "/") + ".py")
+
+
+def code_closure(module: str) -> set[str]:
+    """The files of `module` and of every project module it imports, transitively (repo-relative paths)."""
+    seen, todo = set(), [module]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        todo += imported_modules(_file(current))
+    return {_file(m).relative_to(ROOT).as_posix() for m in seen if not m.endswith("__init__")} - {
+        "qgate/__init__.py", "stages/__init__.py"}
+
+
+STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+
+
+@pytest.mark.parametrize("name", list(STAGES))
+def test_stage_depends_on_exactly_the_code_it_runs(name):
+    spec = STAGES[name]
+    module = spec["cmd"].split("python -m ", 1)[1].split()[0]
+    needed = code_closure(module)
+    listed = {dep for dep in spec["deps"] if dep.endswith(".py")}
+    assert not needed - listed, f"dvc.yaml stage '{name}' misses code deps {sorted(needed - listed)}"
+    assert not listed - needed, f"dvc.yaml stage '{name}' lists code it does not run {sorted(listed - needed)}"
+
+
+def test_the_closure_follows_imports_inside_functions():
+    # qgate.report imports qgate.badcases inside a function; the sensitivity stage imports qgate.heads on top
+    assert "qgate/badcases.py" in code_closure("qgate.report")
+    assert {"stages/sensitivity.py", "qgate/heads.py", "qgate/mixed.py"} <= code_closure("stages.sensitivity")

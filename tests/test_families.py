@@ -1,0 +1,149 @@
+"""Every Ultralytics detection family ultralytics 8.4 ships: a tiny untrained model goes through export ->
+baseline -> quantize -> int8_eval -> divergence -> sensitivity with the default params, and its graph surgery
+is exact (every quantizer group in float computes the FP32 output)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+import yaml
+
+from qgate import offline
+from qgate.divergence import instrument
+from qgate.evaluator import image_tensor
+from qgate.mixed import quantizer_groups, revert
+from tests.conftest import DEMO_CLASSES, error_line, make_dataset, stage, working_tree_copy, write_params
+
+FAMILIES_FILE = Path(__file__).resolve().parent / "families.yaml"
+FAMILIES = yaml.safe_load(FAMILIES_FILE.read_text())["families"]
+STAGES = ("export", "baseline", "quantize", "int8_eval", "divergence", "sensitivity")
+
+
+def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[str] = DEMO_CLASSES) -> Path:
+    """An untrained detector built from one of Ultralytics' model yamls, with the demo's class names."""
+    offline.ultralytics_settings_off()
+    import torch
+    import ultralytics
+    from ultralytics import YOLO
+
+    source = Path(ultralytics.__file__).parent / "cfg" / "models" / model_yaml
+    cfg = yaml.safe_load(source.read_text())
+    cfg["nc"] = len(classes)
+    # Ultralytics reads the scale from the file name (yolov8n.yaml -> n); single-scale yamls keep theirs
+    stem = source.stem if "scales" not in cfg else re.sub(r"^(yolov?\d+)", r"\1n", source.stem)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.yaml").write_text(yaml.safe_dump(cfg))
+    torch.manual_seed(seed)
+    model = YOLO(str(folder / f"{stem}.yaml"), task="detect")
+    model.model.names = dict(enumerate(classes))
+    model.save(str(folder / "tiny.pt"))
+    return folder / "tiny.pt"
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, id=f["name"]) for f in FAMILIES if f.get("supported", True)])
+def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
+    weights = tiny_detector(tmp_path / "model", family["yaml"])
+    dataset = make_dataset(tmp_path / "data", images=4)
+    write_params(tmp_path, weights, dataset, imgsz=family.get("imgsz", 128), sensitivity__images=2,
+                 export__end2end=family.get("end2end", False))
+    for name in STAGES:
+        result = stage(name, tmp_path)
+        assert result.returncode == 0, f"{family['name']} {name}: {error_line(result)}\n{result.stderr[-2000:]}"
+    record = json.loads((tmp_path / "metrics/export_record.json").read_text())
+    assert record["head_layout"] == family["layout"]
+    quantize = json.loads((tmp_path / "metrics/quantize.json").read_text())
+    assert quantize["fake_quantize_count"] > 0 and quantize["ops_float_by_decode_rule"] > 0
+    with open(tmp_path / "reports/precision_table.csv") as handle:
+        decode = [r for r in csv.DictReader(handle) if r["why"].startswith("ignored by the box-decode rule")]
+    assert decode and all(r["precision"] == "float" for r in decode)
+    divergence = json.loads((tmp_path / "metrics/divergence.json").read_text())
+    assert divergence["layers"] > 50 and divergence["nan_inf_layers"] == 0
+    sensitivity = json.loads((tmp_path / "metrics/sensitivity.json").read_text())
+    assert sensitivity["groups"] > 0
+    _every_group_float_is_fp32(tmp_path, family.get("imgsz", 128))
+
+
+def _every_group_float_is_fp32(project: Path, imgsz: int) -> None:
+    """Graph surgery on this family's graph: all groups float is the FP32 model; attention groups alone compile.
+
+    Compared at every op that reads a quantizer: an untrained model's head output hides INT8 error (its
+    maps are nearly constant), so the output alone would pass even if nothing were reverted.
+    """
+    core = ov.Core()
+    fp32 = core.read_model(project / "models/export/model_fp32.xml")
+    int8 = core.read_model(project / "models/int8/model_int8.xml")
+    groups = quantizer_groups(int8)
+    probes = [(name, 0) for group in groups for name in group.ops]
+    x = image_tensor(sorted((project / "data/images/val").glob("*.jpg"))[0], imgsz)
+    config = {"INFERENCE_PRECISION_HINT": "f32"}
+
+    def probed(model: ov.Model) -> list[np.ndarray]:
+        return [t.copy() for t in core.compile_model(instrument(model, probes), "CPU", config)(x).to_tuple()]
+
+    reference = probed(fp32)
+    assert not all(np.allclose(a, b, rtol=1e-4, atol=1e-4) for a, b in zip(probed(int8), reference))  # can fail
+    for got, want in zip(probed(revert(int8, fp32, groups, set(range(len(groups))))), reference):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    types = {op.get_friendly_name(): op.get_type_name() for op in int8.get_ordered_ops()}
+    for index, group in enumerate(groups):  # attention (activation x activation MatMul) alone
+        if any(types[name] == "MatMul" for name in group.ops):
+            alone = probed(revert(int8, fp32, groups, {index}))[0]
+            assert alone.shape == reference[0].shape and np.isfinite(alone).all(), group.ops[0]
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, id=f["name"]) for f in FAMILIES if not f.get("supported", True)])
+def test_unsupported_family_is_a_clear_error(tmp_path, family):
+    offline.ultralytics_settings_off()
+    from ultralytics import RTDETR
+
+    import torch
+    import ultralytics
+
+    source = Path(ultralytics.__file__).parent / "cfg" / "models" / family["yaml"]
+    cfg = yaml.safe_load(source.read_text())
+    cfg["nc"] = len(DEMO_CLASSES)
+    (tmp_path / source.name).write_text(yaml.safe_dump(cfg))
+    torch.manual_seed(0)
+    model = RTDETR(str(tmp_path / source.name))
+    model.model.names = dict(enumerate(DEMO_CLASSES))
+    model.save(str(tmp_path / "tiny.pt"))
+    write_params(tmp_path, tmp_path / "tiny.pt", make_dataset(tmp_path / "data", images=1))
+    result = stage("export", tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "not supported yet" in error_line(result) and "tiny.pt" in error_line(result)
+    assert not (tmp_path / "metrics/export_record.json").exists()
+
+
+@pytest.mark.slow
+def test_a_trained_yolo11n_passes_make_gate_with_default_params(demo_checkout, tmp_path):
+    """YOLO11n trained on the demo data here, default params except model.*: `make gate` runs every stage it
+    needs (none of the demo's), the INT8 drop is within the default gate and the report is written."""
+    import dataclasses
+
+    from qgate.params import load_params
+    from stages.demo_train import train_on_demo_data
+
+    demo = load_params(demo_checkout / "params.yaml").demo
+    data_dir = demo_checkout / demo.data_dir
+    weights = train_on_demo_data("yolo11n.yaml", dataclasses.replace(demo, data_dir=str(data_dir)), tmp_path / "train")
+    checkout = working_tree_copy(tmp_path / "checkout")
+    params = yaml.safe_load((checkout / "params.yaml").read_text())
+    params["model"].update(weights=str(weights), dataset=str(data_dir / "demo.yaml"), data_dir=str(data_dir))
+    (checkout / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    done = subprocess.run(["make", "gate"], cwd=checkout, capture_output=True, text=True, timeout=3600)
+    int8 = json.loads((checkout / "metrics/int8.json").read_text())
+    print(f"YOLO11n on the demo: FP32 {int8['baseline_map50_95']:.4f}, INT8 {int8['map50_95']:.4f}, "
+          f"drop {int8['map50_95_drop']:+.4f}")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "demo_data" not in done.stdout and "demo_train" not in done.stdout
+    assert "Running stage 'sensitivity'" in done.stdout and "PASS: all" in done.stdout
+    assert json.loads((checkout / "metrics/export_record.json").read_text())["head_layout"] == "raw"
+    assert int8["baseline_map50_95"] >= 0.3 and int8["map50_95_drop"] <= params["gates"]["max_map50_95_drop"]
+    assert (checkout / "reports/report.md").read_text().startswith("# qgate report: PASS")
