@@ -197,7 +197,8 @@ def test_judge_writes_junit_report_and_table_and_fails_on_a_failed_gate(project)
     assert 'name="test_gate[accuracy_map50_95_drop]"' in junit and "<failure" in junit
     report = (project / "reports/report.md").read_text()
     assert report.startswith("# qgate report: FAIL: 1 of 9 gates failed (accuracy_map50_95_drop)")
-    assert "| accuracy_map50_95_drop | map50_95_drop | 0.00731 | <= 0 | **FAIL** |" in report
+    drop = json.loads((project / "metrics/int8.json").read_text())["map50_95_drop"]
+    assert f"| accuracy_map50_95_drop | map50_95_drop | {drop:.4g} | <= 0 | **FAIL** |" in report
     html = (project / "reports/report.html").read_text()
     assert "<h1 class='fail'>" in html and "<svg" in html and "data:image/jpeg;base64," not in html  # no dataset here
     assert not re.search(r"""(src|href)=["']https?:|<script|<link""", html)  # self-contained: nothing fetched
