@@ -1,12 +1,12 @@
 """One table for the README: each detection family trained on the demo data, judged by qgate's default params.
 
 For every family marked `benchmark` in tests/families.yaml: train it from scratch on the demo data with the
-`demo:` schedule (`stages.demo_train.train_on_demo_data`), then run the real stages (export, baseline,
-quantize, int8_eval, benchmark) in a work folder with the repository's params.yaml, only `model.weights`
+`demo:` schedule (`stages.demo_train.train_on_demo_data`), then run the real stages (export to benchmark, as
+`make gate` does) in a work folder with the repository's params.yaml, only `model.weights`
 changed. Prints FP32 and INT8 mAP50-95, the drop, the speed-up and the CPU that measured it.
 
     dvc repro demo_data                      # the demo data, once
-    python benchmarks/families.py            # v8, 11 and 26 (about 4 min each on 2 cores)
+    python benchmarks/families.py            # from the project root; the `benchmark` families of tests/families.yaml
     python benchmarks/families.py --families 11 --seconds 5
 """
 
@@ -32,11 +32,12 @@ from qgate import offline  # noqa: E402
 
 offline.configure()
 
+from qgate.dataset import load_dataset, ultralytics_yaml  # noqa: E402
 from qgate.params import load_params  # noqa: E402
 from stages.demo_train import train_on_demo_data, validate_on_demo_data  # noqa: E402
 
 FAMILIES = yaml.safe_load((ROOT / "tests" / "families.yaml").read_text())["families"]
-STAGES = ("export", "baseline", "quantize", "int8_eval", "benchmark")
+STAGES = ("export", "baseline", "quantize", "int8_eval", "divergence", "sensitivity", "autofix", "benchmark")
 
 
 def _scaled(stem: str) -> str:
@@ -59,10 +60,11 @@ def run_family(family: dict, seconds: int, work: Path) -> dict:
     weights = train_on_demo_data(_scaled(Path(family["yaml"]).stem), demo, work / "train")
     ultralytics_map = float(validate_on_demo_data(weights, demo, work / "train").box.map)
     train_seconds = time.perf_counter() - start
+    dataset = ultralytics_yaml(load_dataset(Path(demo.data_dir) / "demo.yaml"), work / "demo.yaml")  # absolute path
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["model"].update(weights=str(weights), dataset=str(Path(demo.data_dir) / "demo.yaml"),
-                        data_dir=demo.data_dir)
+    raw["model"].update(weights=str(weights), dataset=str(dataset), data_dir=demo.data_dir)
     raw["benchmark"].update(seconds=seconds)
+    raw["export"]["end2end"] = family.get("end2end", False)
     (work / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for stage in STAGES:
@@ -71,13 +73,15 @@ def run_family(family: dict, seconds: int, work: Path) -> dict:
         if done.returncode:
             raise SystemExit(f"{family['name']} {stage}: {done.stderr.strip().splitlines()[-1]}")
     metric = {name: json.loads((work / "metrics" / f"{name}.json").read_text())
-              for name in ("baseline", "int8", "quantize", "benchmark", "export_record")}
+              for name in ("baseline", "int8", "quantize", "benchmark", "export_record", "sensitivity", "autofix")}
     return {"family": family["name"], "model": _scaled(Path(family["yaml"]).stem),
             "ultralytics_val": ultralytics_map, "fp32": metric["baseline"]["map50_95"],
             "int8": metric["int8"]["map50_95"], "drop": metric["int8"]["map50_95_drop"],
             "decode_ops": metric["quantize"]["ops_float_by_decode_rule"],
             "speedup": metric["benchmark"]["speedup_fps"], "int8_fps": metric["benchmark"]["int8_fps"],
-            "layout": metric["export_record"]["head_layout"], "train_seconds": train_seconds}
+            "layout": metric["export_record"]["head_layout"], "train_seconds": train_seconds,
+            "groups": metric["sensitivity"]["groups"], "top_group": metric["sensitivity"]["top_quantizer"],
+            "autofix_needed": metric["autofix"]["needed"]}
 
 
 def main() -> None:
@@ -96,11 +100,11 @@ def main() -> None:
           f"CPU: {cpu_flags()}, {os.cpu_count()} cores; benchmark_app {params.benchmark.hint}, "
           f"{params.benchmark.repeats} x {args.seconds} s, medians\n")
     print("| family | model | head | Ultralytics val (.pt) | FP32 mAP50-95 | INT8 mAP50-95 | drop | decode ops float "
-          "| INT8/FP32 FPS |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| quantizer groups ranked | INT8/FP32 FPS |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['family']} | {r['model']} | {r['layout']} | {r['ultralytics_val']:.4f} | {r['fp32']:.4f} | "
-              f"{r['int8']:.4f} | {r['drop']:+.4f} | {r['decode_ops']} | {r['speedup']:.2f}x |")
+              f"{r['int8']:.4f} | {r['drop']:+.4f} | {r['decode_ops']} | {r['groups']} | {r['speedup']:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Every Ultralytics detection family ultralytics 8.4 ships: a tiny untrained model goes through export ->
-baseline -> quantize -> int8_eval -> divergence -> sensitivity with the default params, and its graph surgery
-is exact (every quantizer group in float computes the FP32 output)."""
+baseline -> quantize -> int8_eval -> divergence -> sensitivity with the default params (and, where every group
+is scored, autofix), and its graph surgery is exact (every quantizer group in float computes the FP32 output)."""
 
 from __future__ import annotations
 
@@ -51,9 +51,11 @@ def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[st
 def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
     weights = tiny_detector(tmp_path / "model", family["yaml"])
     dataset = make_dataset(tmp_path / "data", images=4)
+    # an untrained model is confident nowhere: with `rank`, every anchor counts, so every group is scored
     write_params(tmp_path, weights, dataset, imgsz=family.get("imgsz", 128), sensitivity__images=2,
-                 export__end2end=family.get("end2end", False))
-    for name in STAGES:
+                 sensitivity__conf=0.0 if family.get("rank") else 0.25, export__end2end=family.get("end2end", False),
+                 autofix__target_drop=-1.0)  # unreachable: autofix evaluates the all-float model on this graph
+    for name in STAGES + (("autofix",) if family.get("rank") else ()):  # autofix needs a ranking
         result = stage(name, tmp_path)
         assert result.returncode == 0, f"{family['name']} {name}: {error_line(result)}\n{result.stderr[-2000:]}"
     record = json.loads((tmp_path / "metrics/export_record.json").read_text())
@@ -67,6 +69,11 @@ def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
     assert divergence["layers"] > 50 and divergence["nan_inf_layers"] == 0
     sensitivity = json.loads((tmp_path / "metrics/sensitivity.json").read_text())
     assert sensitivity["groups"] > 0
+    if family.get("rank"):
+        with open(tmp_path / "reports/sensitivity.csv") as handle:
+            assert len(list(csv.DictReader(handle))) == sensitivity["groups"] and sensitivity["top_quantizer"]
+        autofix = json.loads((tmp_path / "metrics/autofix.json").read_text())
+        assert autofix["needed"] == 1 and autofix["evaluations"] == 1 and autofix["reached"] == 0
     _every_group_float_is_fp32(tmp_path, family.get("imgsz", 128))
 
 
@@ -122,20 +129,21 @@ def test_unsupported_family_is_a_clear_error(tmp_path, family):
 
 
 @pytest.mark.slow
-def test_a_trained_yolo11n_passes_make_gate_with_default_params(demo_checkout, tmp_path):
+def test_a_trained_yolo11n_passes_make_gate_with_default_params(demo_checkout, tmp_path, monkeypatch):
     """YOLO11n trained on the demo data here, default params except model.*: `make gate` runs every stage it
     needs (none of the demo's), the INT8 drop is within the default gate and the report is written."""
-    import dataclasses
-
+    from qgate.dataset import load_dataset, ultralytics_yaml
     from qgate.params import load_params
     from stages.demo_train import train_on_demo_data
 
-    demo = load_params(demo_checkout / "params.yaml").demo
+    monkeypatch.chdir(demo_checkout)  # the demo's yaml names its folder relative to the project root
+    demo = load_params("params.yaml").demo
     data_dir = demo_checkout / demo.data_dir
-    weights = train_on_demo_data("yolo11n.yaml", dataclasses.replace(demo, data_dir=str(data_dir)), tmp_path / "train")
+    dataset = ultralytics_yaml(load_dataset(data_dir / "demo.yaml"), tmp_path / "data" / "demo.yaml")  # absolute
+    weights = train_on_demo_data("yolo11n.yaml", demo, tmp_path / "train")
     checkout = working_tree_copy(tmp_path / "checkout")
     params = yaml.safe_load((checkout / "params.yaml").read_text())
-    params["model"].update(weights=str(weights), dataset=str(data_dir / "demo.yaml"), data_dir=str(data_dir))
+    params["model"].update(weights=str(weights), dataset=str(dataset), data_dir=str(data_dir))
     (checkout / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     done = subprocess.run(["make", "gate"], cwd=checkout, capture_output=True, text=True, timeout=3600)
     int8 = json.loads((checkout / "metrics/int8.json").read_text())
