@@ -26,12 +26,13 @@ FAMILIES = yaml.safe_load(FAMILIES_FILE.read_text())["families"]
 STAGES = ("export", "baseline", "quantize", "int8_eval", "divergence", "sensitivity")
 
 
-def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[str] = DEMO_CLASSES) -> Path:
-    """An untrained detector built from one of Ultralytics' model yamls, with the demo's class names."""
+def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[str] = DEMO_CLASSES,
+                  builder: str = "YOLO") -> Path:
+    """An untrained detector built from one of Ultralytics' model yamls by `builder` (YOLO or RTDETR), with the
+    demo's class names."""
     offline.ultralytics_settings_off()
     import torch
     import ultralytics
-    from ultralytics import YOLO
 
     source = Path(ultralytics.__file__).parent / "cfg" / "models" / model_yaml
     cfg = yaml.safe_load(source.read_text())
@@ -41,7 +42,8 @@ def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[st
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{stem}.yaml").write_text(yaml.safe_dump(cfg))
     torch.manual_seed(seed)
-    model = YOLO(str(folder / f"{stem}.yaml"), task="detect")
+    path = str(folder / f"{stem}.yaml")
+    model = ultralytics.YOLO(path, task="detect") if builder == "YOLO" else getattr(ultralytics, builder)(path)
     model.model.names = dict(enumerate(classes))
     model.save(str(folder / "tiny.pt"))
     return folder / "tiny.pt"
@@ -107,21 +109,8 @@ def _every_group_float_is_fp32(project: Path, imgsz: int) -> None:
 
 @pytest.mark.parametrize("family", [pytest.param(f, id=f["name"]) for f in FAMILIES if not f.get("supported", True)])
 def test_unsupported_family_is_a_clear_error(tmp_path, family):
-    offline.ultralytics_settings_off()
-    from ultralytics import RTDETR
-
-    import torch
-    import ultralytics
-
-    source = Path(ultralytics.__file__).parent / "cfg" / "models" / family["yaml"]
-    cfg = yaml.safe_load(source.read_text())
-    cfg["nc"] = len(DEMO_CLASSES)
-    (tmp_path / source.name).write_text(yaml.safe_dump(cfg))
-    torch.manual_seed(0)
-    model = RTDETR(str(tmp_path / source.name))
-    model.model.names = dict(enumerate(DEMO_CLASSES))
-    model.save(str(tmp_path / "tiny.pt"))
-    write_params(tmp_path, tmp_path / "tiny.pt", make_dataset(tmp_path / "data", images=1))
+    weights = tiny_detector(tmp_path / "model", family["yaml"], builder="RTDETR")
+    write_params(tmp_path, weights, make_dataset(tmp_path / "data", images=1))
     result = stage("export", tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "not supported yet" in error_line(result) and "tiny.pt" in error_line(result)
