@@ -1,0 +1,287 @@
+"""Confidence intervals: a paired bootstrap over val images for mAP, a t-interval over benchmark pairs for speed.
+
+pycocotools' `evaluate` matches detections to ground truth per (image, class) once; its `accumulate` then
+sorts each class's detections by score and integrates precision over recall. A bootstrap resample of the
+images is a weight per image (how often it was drawn), so each resample needs only the accumulate step,
+with every detection counted `weight` times: that runs on all resamples at once in NumPy, where running
+pycocotools per resample costs seconds each (`benchmarks/bootstrap.py`). With every weight 1 the result is
+pycocotools' own, bit for bit (tested).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+CHUNK_ELEMENTS = 4_000_000  # resamples x IoU thresholds x detections per array: ~32 MB of float64 at a time
+RESAMPLE_CHUNK = 50  # resamples whose precision arrays [IoU, recall, class] are held at once (~32 MB for 80 classes)
+
+
+def resample_indices(images: int, samples: int, seed: int) -> np.ndarray:
+    """`samples` bootstrap resamples of `images` image indices drawn with replacement, seeded: (samples, images)."""
+    return np.random.default_rng(seed).integers(0, images, (samples, images))
+
+
+def resample_weights(images: int, samples: int, seed: int) -> np.ndarray:
+    """How often each image is drawn in each resample of `resample_indices`: (samples, images) integer counts."""
+    picks = resample_indices(images, samples, seed)
+    weights = np.zeros((samples, images), dtype=np.int64)
+    np.add.at(weights, (np.repeat(np.arange(samples), images), picks.ravel()), 1)
+    return weights
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate and its bootstrap percentile interval at `level` (e.g. 0.95)."""
+
+    point: float
+    low: float
+    high: float
+    level: float
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width: differences smaller than this are inside the noise of the data."""
+        return (self.high - self.low) / 2
+
+    def text(self, digits: int = 4) -> str:
+        """'0.0073 [0.0005, 0.0160] (95%)'."""
+        return f"{self.point:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}] ({self.level:.0%})"
+
+
+def interval(point: float, resampled: np.ndarray, level: float) -> Interval:
+    """The percentile interval of `resampled` values at `level` around the `point` estimate."""
+    tail = (1 - level) / 2
+    low, high = np.nanquantile(np.asarray(resampled, dtype=float), [tail, 1 - tail])
+    return Interval(float(point), float(low), float(high), level)
+
+
+def ratio_interval(numerators: list[float], denominators: list[float], level: float) -> Interval:
+    """Geometric mean of paired ratios with a Student-t interval on their logs (few pairs: no bootstrap).
+
+    Pairs measured back to back share the machine's state (another job, thermal limits), so their ratio
+    is steadier than either number; with 3 pairs the interval is wide on purpose (t quantile 4.3 at 95%).
+    """
+    from scipy.stats import t
+
+    logs = np.log(np.asarray(numerators, dtype=float) / np.asarray(denominators, dtype=float))
+    mean = float(logs.mean())
+    if logs.size < 2:
+        return Interval(float(np.exp(mean)), float("-inf"), float("inf"), level)  # one pair: no spread known
+    half = float(t.ppf(1 - (1 - level) / 2, logs.size - 1) * logs.std(ddof=1) / np.sqrt(logs.size))
+    return Interval(float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half)), level)
+
+
+@dataclass(frozen=True)
+class _ClassMatches:
+    """One class's detections over every image, in pycocotools' score order (trailing pure misses dropped)."""
+
+    image: np.ndarray  # (D,) image index of each detection
+    hits: np.ndarray  # (T, D) int: matched a ground truth at IoU threshold t (and not ignored)
+    misses: np.ndarray  # (T, D) int: matched nothing at t (and not ignored)
+    gt_counts: np.ndarray  # (images,) non-ignored ground truths of this class per image
+
+
+class ImageMatches:
+    """One model's detections matched to the ground truth per image (pycocotools `evaluate`), for weighted mAP."""
+
+    def __init__(self, ground_truth: dict, detections: list[dict]):
+        from pycocotools.coco import COCO
+        from pycocotools.cocoeval import COCOeval
+
+        self.images = len(ground_truth["images"])
+        self.classes: list[_ClassMatches | None] = []
+        if not detections or not ground_truth["annotations"]:
+            self.rec_thresholds = np.linspace(0.0, 1.00, 101)
+            self.iou_thresholds = 10
+            self.empty = True
+            return
+        self.empty = False
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
+            gt = COCO()
+            gt.dataset = ground_truth
+            gt.createIndex()
+            evaluator = COCOeval(gt, gt.loadRes(detections), "bbox")
+            # the same settings as qgate.evaluator.coco_map: the 'all' area range, 100 detections
+            evaluator.params.areaRng, evaluator.params.areaRngLbl = [[0, 1e10]], ["all"]
+            evaluator.params.maxDets = [100]
+            evaluator.evaluate()
+        p = evaluator.params
+        self.rec_thresholds, self.iou_thresholds = p.recThrs, len(p.iouThrs)
+        image_position = {image_id: i for i, image_id in enumerate(p.imgIds)}
+        for k in range(len(p.catIds)):
+            entries = evaluator.evalImgs[k * len(p.imgIds):(k + 1) * len(p.imgIds)]
+            self.classes.append(_class_matches(entries, image_position, self.images, p.maxDets[-1]))
+
+    def map(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """mAP50-95 and mAP50 under each row of image `weights` (resamples, images): two (resamples,) arrays."""
+        weights = np.atleast_2d(weights)
+        samples = len(weights)
+        map50_95, map50 = np.zeros(samples), np.zeros(samples)
+        if self.empty:
+            return map50_95, map50
+        for start in range(0, samples, RESAMPLE_CHUNK):
+            block = weights[start:start + RESAMPLE_CHUNK]
+            # pycocotools' precision array, per resample: [IoU threshold, recall threshold, class]
+            precision = np.full((len(block), self.iou_thresholds, len(self.rec_thresholds), len(self.classes)), -1.0)
+            for k, matches in enumerate(self.classes):
+                if matches is not None:
+                    precision[:, :, :, k] = _class_precision(matches, block, self.rec_thresholds)
+            for r in range(len(block)):  # pycocotools' summarize: the same masked mean, in the same order
+                map50_95[start + r], map50[start + r] = _mean_valid(precision[r]), _mean_valid(precision[r, 0])
+        return map50_95, map50
+
+
+def _class_matches(entries: list, image_position: dict, images: int, max_det: int) -> _ClassMatches | None:
+    entries = [e for e in entries if e is not None]
+    if not entries:
+        return None  # no ground truth and no detection of this class anywhere: pycocotools skips it (AP -1)
+    gt_counts = np.zeros(images, dtype=np.int64)
+    for e in entries:
+        gt_counts[image_position[e["image_id"]]] = np.count_nonzero(np.asarray(e["gtIgnore"]) == 0)
+    scores = np.concatenate([e["dtScores"][:max_det] for e in entries])
+    image = np.concatenate([np.full(len(e["dtScores"][:max_det]), image_position[e["image_id"]]) for e in entries])
+    order = np.argsort(-scores, kind="mergesort")  # pycocotools' order, ties by image
+    matched = np.concatenate([e["dtMatches"][:, :max_det] for e in entries], axis=1)[:, order]
+    ignored = np.concatenate([e["dtIgnore"][:, :max_det] for e in entries], axis=1)[:, order]
+    hits = np.logical_and(matched, np.logical_not(ignored))
+    misses = np.logical_and(np.logical_not(matched), np.logical_not(ignored))
+    # detections after the last hit at every threshold only lower precision at the final recall, which the
+    # envelope never reads: dropping them changes no AP and saves most of the work at conf 0.001
+    last = np.flatnonzero(hits.any(0))
+    keep = last[-1] + 1 if last.size else 0
+    return _ClassMatches(image=image[order][:keep].astype(np.int64), hits=hits[:, :keep].astype(np.int64),
+                         misses=misses[:, :keep].astype(np.int64), gt_counts=gt_counts)
+
+
+def _class_precision(matches: _ClassMatches, weights: np.ndarray, rec_thresholds: np.ndarray) -> np.ndarray:
+    """pycocotools' interpolated precision [resample, IoU threshold, recall threshold] of one class (-1: no entry)."""
+    samples, thresholds = len(weights), len(rec_thresholds)
+    iou_thresholds, detections = matches.hits.shape
+    out = np.zeros((samples, iou_thresholds, thresholds))
+    ground_truths = weights @ matches.gt_counts
+    out[ground_truths == 0] = -1.0  # pycocotools skips a class without ground truth in the images (AP -1)
+    if detections == 0:
+        return out
+    chunk = max(1, CHUNK_ELEMENTS // max(iou_thresholds * detections, 1))
+    for start in range(0, samples, chunk):
+        rows = slice(start, start + chunk)
+        counted = ground_truths[rows] > 0
+        if counted.any():
+            block = _interpolate(matches, weights[rows][counted], ground_truths[rows][counted], rec_thresholds)
+            out[np.flatnonzero(counted) + start] = block
+    return out
+
+
+def _interpolate(matches: _ClassMatches, weights: np.ndarray, ground_truths: np.ndarray,
+                 rec_thresholds: np.ndarray) -> np.ndarray:
+    """The accumulate step for a block of resamples with ground truth: (block, T, recall thresholds)."""
+    counts = weights[:, matches.image]  # (block, D): each detection counted as often as its image was drawn
+    tp = np.cumsum(counts[:, None, :] * matches.hits[None], axis=2)
+    fp = np.cumsum(counts[:, None, :] * matches.misses[None], axis=2)
+    recall = tp / ground_truths[:, None, None]
+    precision = tp / (fp + tp + np.spacing(1))
+    envelope = np.maximum.accumulate(precision[..., ::-1], axis=2)[..., ::-1]
+    # pycocotools reads the envelope at the first detection whose recall reaches each recall threshold.
+    # Counting thresholds at or below each recall (one sorted 1-D array, exact float comparisons) turns that
+    # into a search over integers, which rows of every resample can share without rounding.
+    reached = np.searchsorted(rec_thresholds, recall, side="right")  # (block, T, D), non-decreasing along D
+    rows = reached.shape[0] * reached.shape[1]
+    width = len(rec_thresholds) + 1
+    offsets = np.arange(rows)[:, None] * width
+    flat = (reached.reshape(rows, -1) + offsets).ravel()
+    queries = (np.arange(len(rec_thresholds))[None, :] + offsets).ravel()
+    first = np.searchsorted(flat, queries, side="right").reshape(rows, -1) - np.arange(rows)[:, None] * reached.shape[2]
+    found = first < reached.shape[2]
+    values = np.take_along_axis(envelope.reshape(rows, -1), np.minimum(first, reached.shape[2] - 1), axis=1)
+    return np.where(found, values, 0.0).reshape(reached.shape[0], reached.shape[1], -1)
+
+
+def _mean_valid(precision: np.ndarray) -> float:
+    valid = precision[precision > -1]  # -1 marks classes without ground truth
+    return float(valid.mean()) if valid.size else 0.0
+
+
+@dataclass(frozen=True)
+class PairedDrop:
+    """FP32 and INT8 mAP and their drop, each with a paired bootstrap interval over the same image resamples."""
+
+    fp32_map50_95: Interval
+    int8_map50_95: Interval
+    map50_95_drop: Interval
+    map50_95_drop_rel: Interval
+    map50_drop: Interval
+    samples: int
+
+
+class PairedScorer:
+    """mAP50-95 and mAP50 of any model's detections on the same images under the same seeded resamples.
+
+    Differences of two models' resampled scores form a paired bootstrap: the image mix that makes one model
+    look good or bad applies to both, so only their disagreement is left in the interval.
+    """
+
+    def __init__(self, ground_truth: dict, samples: int, seed: int):
+        self.ground_truth = ground_truth
+        images = len(ground_truth["images"])
+        # row 0: every image once (the full-set estimate, pycocotools' own numbers); then the resamples
+        self.weights = np.vstack([np.ones((1, images), dtype=np.int64), resample_weights(images, samples, seed)])
+        self.samples = samples
+
+    def scores(self, detections: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+        """mAP50-95 and mAP50: index 0 on the full set, then one per resample."""
+        return ImageMatches(self.ground_truth, detections).map(self.weights)
+
+
+def difference(a: np.ndarray, b: np.ndarray, level: float) -> Interval:
+    """`a - b` of two `PairedScorer.scores` rows: the full-set difference and its paired interval."""
+    return interval(float(a[0] - b[0]), a[1:] - b[1:], level)
+
+
+def verdict(direction: str, point: float, low: float | None, high: float | None, limit: float,
+            confidence: float | None) -> str:
+    """pass, fail or inconclusive: on the point value, or (with a `confidence` and an interval) on its bounds.
+
+    The whole interval on the passing side passes, the whole interval on the failing side fails; a limit
+    inside the interval is inconclusive: these images (or benchmark pairs) cannot tell.
+    """
+    def ok(value: float) -> bool:
+        return value <= limit if direction == "<=" else value >= limit
+
+    if confidence is None or low is None or high is None:
+        return PASS if ok(point) else FAIL
+    failing_bound, passing_bound = (high, low) if direction == "<=" else (low, high)
+    if ok(failing_bound):
+        return PASS
+    return INCONCLUSIVE if ok(passing_bound) else FAIL
+
+
+def accepted(state: str, inconclusive: str) -> bool:
+    """Whether a verdict counts as passed under the `gates.inconclusive` policy (pass | fail)."""
+    return state == PASS or (state == INCONCLUSIVE and inconclusive == "pass")
+
+
+def paired_drop(ground_truth: dict, reference: list[dict], candidate: list[dict], samples: int, level: float,
+                seed: int, points: tuple[float, float, float, float] | None = None) -> PairedDrop:
+    """Paired bootstrap of the mAP drop from `reference` to `candidate` detections (same resampled images).
+
+    `points` (FP32 mAP50-95, INT8 mAP50-95, FP32 mAP50, INT8 mAP50) are the full-set estimates; when None they
+    are computed here with every weight 1.
+    """
+    scorer = PairedScorer(ground_truth, samples, seed)
+    ref_map, ref_map50 = scorer.scores(reference)
+    cand_map, cand_map50 = scorer.scores(candidate)
+    ref_point, cand_point, ref50_point, cand50_point = points or (ref_map[0], cand_map[0], ref_map50[0],
+                                                                   cand_map50[0])
+    return PairedDrop(
+        fp32_map50_95=interval(ref_point, ref_map[1:], level),
+        int8_map50_95=interval(cand_point, cand_map[1:], level),
+        map50_95_drop=interval(ref_point - cand_point, ref_map[1:] - cand_map[1:], level),
+        map50_95_drop_rel=interval((ref_point - cand_point) / (ref_point or 1.0),
+                                   (ref_map[1:] - cand_map[1:]) / np.where(ref_map[1:] > 0, ref_map[1:], 1.0), level),
+        map50_drop=interval(ref50_point - cand50_point, ref_map50[1:] - cand_map50[1:], level),
+        samples=samples)
