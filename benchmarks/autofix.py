@@ -44,15 +44,20 @@ NAIVE_SCOPE = IgnoredScopeParams(names=(), patterns=(), types=(), subgraphs=())
 
 def work_params(params: Params, work: Path, scope: IgnoredScopeParams = NAIVE_SCOPE) -> Params:
     """`params` with the naive quantize config and every output of the stages run here under `work`."""
+    q = dataclasses.replace(params.quantize, preset="performance", keep_decode_float=False, ignored_scope=scope)
+    return outputs_under(dataclasses.replace(params, quantize=q), work)
+
+
+def outputs_under(params: Params, work: Path) -> Params:
+    """`params` with every output of baseline, quantize, int8_eval, sensitivity and autofix under `work`."""
     def under(section, **names):
         return dataclasses.replace(section, **{key: str(work / value) for key, value in names.items()})
 
-    q = dataclasses.replace(params.quantize, preset="performance", keep_decode_float=False, ignored_scope=scope)
     return dataclasses.replace(
         params,
         baseline=under(params.baseline, metrics="baseline.json", per_class="baseline_per_class.json",
                        detections="baseline_detections.json"),
-        quantize=under(q, out_dir="int8", precision_table="precision.csv", record="int8_record.json",
+        quantize=under(params.quantize, out_dir="int8", precision_table="precision.csv", record="int8_record.json",
                        metrics="quantize.json"),
         int8_eval=under(params.int8_eval, metrics="int8.json", per_class="int8_per_class.json",
                         detections="int8_detections.json", bad_cases="bad_cases.csv"),

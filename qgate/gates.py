@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from qgate.intervals import FAIL, INCONCLUSIVE, PASS, accepted, verdict
 from qgate.io import sha256_file
 from qgate.params import Params
 
@@ -19,7 +21,7 @@ class MetricsUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Verdict:
-    """One gate's outcome: what was measured, against which limit, and what to look at when it fails."""
+    """One gate's outcome: what was measured (with its interval), against which limit, and what to look at."""
 
     gate: str
     metric: str
@@ -27,6 +29,20 @@ class Verdict:
     limit: str
     passed: bool
     message: str
+    state: str = PASS  # pass | fail | inconclusive (the limit lies inside the measured interval)
+    interval: str = ""  # '[low, high] (95%)' when the gate decided on an interval
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a gate reads: the point value, its interval when the metric has one, what to look at, and a caveat."""
+
+    value: Any
+    hint: str
+    low: float | None = None
+    high: float | None = None
+    level: float | None = None
+    caveat: str = ""  # e.g. "100 images resolve drops of about 0.008": shown whatever the verdict
 
 
 class Metrics:
@@ -102,31 +118,33 @@ class Metrics:
 
 @dataclass(frozen=True)
 class Gate:
-    """A named check: `judge` turns the metrics into a Verdict; `limit` is its threshold (None = gate off)."""
+    """A named check: `read` measures, `direction` says which side of `limit` passes (None limit = gate off)."""
 
     name: str
     metric: str
     limit: Any
-    judge: Callable[["Metrics", Any], tuple[Any, bool, str]]
+    direction: str  # "<=": the value must not exceed the limit; ">=": it must reach it
+    read: Callable[["Metrics", Any], Reading]
 
 
 def gates(params: Params) -> list[Gate]:
     """Every gate, in report order; optional ones whose threshold is null have `limit` None."""
     g = params.gates
     return [
-        Gate("accuracy_map50_95_drop", "map50_95_drop", g.max_map50_95_drop, _map_drop),
-        Gate("accuracy_map50_95_drop_rel", "map50_95_drop_rel", g.max_map50_95_drop_rel, _map_drop_rel),
-        Gate("accuracy_int8_map50_95_floor", "int8 map50_95", g.min_int8_map50_95, _map_floor),
-        Gate("accuracy_per_class_drop", "worst class map50_95 drop", g.max_class_map50_95_drop, _class_drop),
-        Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, _latency),
-        Gate("speed_speedup", "speedup_fps", g.min_speedup, _speedup),
-        Gate("drift_output_sqnr", "output_sqnr_db", g.min_output_sqnr_db, _output_sqnr),
-        Gate("drift_nan_inf", "nan_inf_layers", 0, _nan_inf),
-        Gate("drift_layers_below_floor", "layers_below_sqnr_floor", g.max_layers_below_sqnr_floor, _layers_below),
-        Gate("structure_op_inventory", "fp32 ops missing from int8", 0, _inventory),
-        Gate("structure_quantized", "fake_quantize_count", 1, _quantized),
-        Gate("structure_ignored_scope_float", "ignored ops not float", 0, _ignored_float),
-        Gate("provenance_same_model", "files from another model", 0, _provenance),
+        Gate("accuracy_map50_95_drop", "map50_95_drop", g.max_map50_95_drop, "<=", _map_drop),
+        Gate("accuracy_map50_95_drop_rel", "map50_95_drop_rel", g.max_map50_95_drop_rel, "<=", _map_drop_rel),
+        Gate("accuracy_int8_map50_95_floor", "int8 map50_95", g.min_int8_map50_95, ">=", _map_floor),
+        Gate("accuracy_per_class_drop", "worst class map50_95 drop", g.max_class_map50_95_drop, "<=", _class_drop),
+        Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, "<=", _latency),
+        Gate("speed_speedup", "speedup_fps", g.min_speedup, ">=", _speedup),
+        Gate("drift_output_sqnr", "output_sqnr_db", g.min_output_sqnr_db, ">=", _output_sqnr),
+        Gate("drift_nan_inf", "nan_inf_layers", 0, "<=", _nan_inf),
+        Gate("drift_layers_below_floor", "layers_below_sqnr_floor", g.max_layers_below_sqnr_floor, "<=",
+             _layers_below),
+        Gate("structure_op_inventory", "fp32 ops missing from int8", 0, "<=", _inventory),
+        Gate("structure_quantized", "fake_quantize_count", 1, ">=", _quantized),
+        Gate("structure_ignored_scope_float", "ignored ops not float", 0, "<=", _ignored_float),
+        Gate("provenance_same_model", "files from another model", 0, "<=", _provenance),
     ]
 
 
@@ -137,29 +155,33 @@ def active_gates(params: Params) -> list[Gate]:
 
 def judge(gate: Gate, metrics: Metrics) -> Verdict:
     """Run one gate; an unusable metrics file is a failed verdict whose message says what to run."""
+    limit_text = f"{gate.direction} {_fmt(gate.limit)}"
     try:
-        value, passed, hint = gate.judge(metrics, gate.limit)
+        reading = gate.read(metrics, gate.limit)
     except MetricsUnavailable as exc:
-        return Verdict(gate.name, gate.metric, "unavailable", _limit_text(gate), False, f"{gate.name}: {exc}")
-    relation = "within" if passed else "violates"
-    message = f"{gate.name}: {gate.metric} = {_fmt(value)} {relation} limit {_limit_text(gate)}"
-    if not passed:
-        message += f". Look at: {hint}"
-    return Verdict(gate.name, gate.metric, _fmt(value), _limit_text(gate), passed, message)
+        return Verdict(gate.name, gate.metric, "unavailable", limit_text, False, f"{gate.name}: {exc}", FAIL)
+    g = metrics.params.gates
+    state = verdict(gate.direction, reading.value, reading.low, reading.high, gate.limit, g.confidence)
+    passed = accepted(state, g.inconclusive)
+    interval = (f"[{_fmt(reading.low)}, {_fmt(reading.high)}] ({reading.level:.0%})"
+                if reading.low is not None and reading.level is not None else "")
+    measured = f"{gate.metric} = {_fmt(reading.value)}" + (f" {interval}" if interval else "")
+    relation = {PASS: "within", FAIL: "violates", INCONCLUSIVE: "is inconclusive against"}[state]
+    message = f"{gate.name}: {measured} {relation} limit {limit_text}"
+    if state == INCONCLUSIVE:
+        message += (f" (the limit lies inside the {reading.level:.0%} interval; counted as {'passed' if passed else 'failed'}"
+                    f" by gates.inconclusive: {g.inconclusive})")
+    if reading.caveat:
+        message += f". {reading.caveat}"
+    if not passed or state == INCONCLUSIVE:
+        message += f". Look at: {reading.hint}"
+    return Verdict(gate.name, gate.metric, _fmt(reading.value), limit_text, passed, message, state, interval)
 
 
 def judge_all(params: Params, metrics: Metrics | None = None) -> list[Verdict]:
     """Verdicts of every active gate, sharing one read of each metrics file (`metrics`, when given)."""
     metrics = metrics or Metrics(params)
     return [judge(gate, metrics) for gate in active_gates(params)]
-
-
-_MAX_LIMIT = {"speed_speedup": False, "drift_output_sqnr": False, "accuracy_int8_map50_95_floor": False,
-              "structure_quantized": False}
-
-
-def _limit_text(gate: Gate) -> str:
-    return ("<= " if _MAX_LIMIT.get(gate.name, True) else ">= ") + _fmt(gate.limit)
 
 
 def _fmt(value: Any) -> str:
@@ -209,26 +231,49 @@ def _layer_hint(m: Metrics, layer: str) -> str:
     return f"first divergent layer {layer}" + (f" ({advice})" if advice else "")
 
 
-def _map_drop(m: Metrics, limit: float):
-    drop = m.number(m.params.int8_eval.metrics, "map50_95_drop")
-    return drop, drop <= limit, _accuracy_hint(m)
+def _with_interval(m: Metrics, path: str, key: str, hint: str, caveat: str = "") -> Reading:
+    """`key` and its `key_ci_low` / `key_ci_high` interval from `path`, at the level the file states."""
+    level = m.number(path, "ci_level")
+    confidence = m.params.gates.confidence
+    if confidence is not None and level != confidence:
+        raise MetricsUnavailable(f"{path} has its intervals at {level:g}, gates.confidence is {confidence:g}; "
+                                 f"re-run {m.rerun(path)}")
+    return Reading(m.number(path, key), hint, m.number(path, f"{key}_ci_low"), m.number(path, f"{key}_ci_high"),
+                   level, caveat)
 
 
-def _map_drop_rel(m: Metrics, limit: float):
-    drop = m.number(m.params.int8_eval.metrics, "map50_95_drop_rel")
-    return drop, drop <= limit, _accuracy_hint(m)
+def _resolution(m: Metrics, half_width: float, limit: float, what: str) -> str:
+    """What the val set can tell apart, and when the limit is too fine for it."""
+    images = int(m.number(m.params.int8_eval.metrics, "images"))
+    text = f"{images} images resolve {what} of about {half_width:.4f}"
+    if half_width >= abs(limit) / 2:
+        text += f"; the limit {limit:g} is less than twice that: add images or raise the limit"
+    return text
 
 
-def _map_floor(m: Metrics, limit: float):
-    value = m.number(m.params.int8_eval.metrics, "map50_95")
+def _map_drop(m: Metrics, limit: float) -> Reading:
+    path = m.params.int8_eval.metrics
+    caveat = _resolution(m, m.number(path, "map50_95_drop_resolution"), limit, "mAP50-95 drops")
+    return _with_interval(m, path, "map50_95_drop", _accuracy_hint(m), caveat)
+
+
+def _map_drop_rel(m: Metrics, limit: float) -> Reading:
+    path = m.params.int8_eval.metrics
+    half = (m.number(path, "map50_95_drop_rel_ci_high") - m.number(path, "map50_95_drop_rel_ci_low")) / 2
+    return _with_interval(m, path, "map50_95_drop_rel", _accuracy_hint(m),
+                          _resolution(m, half, limit, "relative drops"))
+
+
+def _map_floor(m: Metrics, limit: float) -> Reading:
+    path = m.params.int8_eval.metrics
     baseline = m.number(m.params.baseline.metrics, "map50_95")
     hint = f"FP32 mAP50-95 is {baseline:.4f}" + (
         ": the FP32 model is already below the floor (train longer or lower the floor)" if baseline < limit
         else f"; {_accuracy_hint(m)}")
-    return value, value >= limit, hint
+    return _with_interval(m, path, "map50_95", hint)
 
 
-def _class_drop(m: Metrics, limit: float):
+def _class_drop(m: Metrics, limit: float) -> Reading:
     fp32 = _per_class(m, m.params.baseline.per_class, m.params.baseline.metrics)
     int8 = _per_class(m, m.params.int8_eval.per_class, m.params.int8_eval.metrics)
     if fp32.keys() != int8.keys():
@@ -240,7 +285,8 @@ def _class_drop(m: Metrics, limit: float):
         raise MetricsUnavailable(f"{m.params.baseline.per_class}: no class has an instance in the "
                                  f"'{m.params.baseline.split}' split; label some images or turn the gate off")
     name, drop = max(drops, key=lambda item: item[1])
-    return drop, drop <= limit, f"class '{name}' (FP32 {fp32[name]:.4f}, INT8 {int8[name]:.4f}); {_accuracy_hint(m)}"
+    return Reading(drop, f"class '{name}' (FP32 {fp32[name]:.4f}, INT8 {int8[name]:.4f}); {_accuracy_hint(m)}",
+                   caveat="a point estimate: one class has few instances, far noisier than the overall drop")
 
 
 def _per_class(m: Metrics, path: str, sibling: str) -> dict[str, float | None]:
@@ -252,52 +298,50 @@ def _per_class(m: Metrics, path: str, sibling: str) -> dict[str, float | None]:
         raise MetricsUnavailable(f"{path} is malformed ({exc.__class__.__name__}); re-run {m.rerun(path)}") from exc
 
 
-def _latency(m: Metrics, limit: float):
+def _latency(m: Metrics, limit: float) -> Reading:
     path = m.params.benchmark.metrics
-    latency = m.number(path, "int8_latency_ms")
-    return latency, latency <= limit, (f"benchmark.hint is '{m.value(path, 'hint')}' (latency numbers are lower "
-                                       "with the latency hint); the float ops in " + m.params.quantize.precision_table)
+    return Reading(m.number(path, "int8_latency_ms"), f"benchmark.hint is '{m.value(path, 'hint')}' (latency numbers "
+                   f"are lower with the latency hint); the float ops in {m.params.quantize.precision_table}")
 
 
-def _speedup(m: Metrics, limit: float):
+def _speedup(m: Metrics, limit: float) -> Reading:
     path = m.params.benchmark.metrics
-    speedup = m.number(path, "speedup_fps")
-    spread = max(m.number(path, "fp32_fps_spread_rel"), m.number(path, "int8_fps_spread_rel"))
-    hint = (f"FP32 {m.number(path, 'fp32_fps'):.1f} FPS vs INT8 {m.number(path, 'int8_fps'):.1f} FPS, run-to-run "
-            f"spread up to {spread:.0%} (raise benchmark.repeats on a noisy machine); ops kept float in "
-            f"{m.params.quantize.precision_table}")
-    return speedup, speedup >= limit, hint
+    pairs = int(m.number(path, "pairs"))
+    hint = (f"FP32 {m.number(path, 'fp32_fps'):.1f} FPS vs INT8 {m.number(path, 'int8_fps'):.1f} FPS over {pairs} "
+            f"interleaved pairs (a busy or throttled machine moves both; raise benchmark.max_seconds for more pairs); "
+            f"ops kept float in {m.params.quantize.precision_table}")
+    reading = _with_interval(m, path, "speedup_fps", hint)
+    caveat = f"{pairs} benchmark pairs resolve the speed-up to about {(reading.high - reading.low) / 2:.3f}x"
+    return dataclasses.replace(reading, caveat=caveat)
 
 
-def _output_sqnr(m: Metrics, limit: float):
+def _output_sqnr(m: Metrics, limit: float) -> Reading:
     path = m.params.divergence.metrics
-    sqnr = m.number(path, "output_sqnr_db")
-    return sqnr, sqnr >= limit, _layer_hint(m, m.value(path, "first_divergent_layer"))
+    return Reading(m.number(path, "output_sqnr_db"), _layer_hint(m, m.value(path, "first_divergent_layer")))
 
 
-def _nan_inf(m: Metrics, limit: int):
+def _nan_inf(m: Metrics, limit: int) -> Reading:
     path = m.params.divergence.metrics
-    count = int(m.number(path, "nan_inf_layers"))
-    return count, count <= limit, f"the rows with nan_inf > 0 in {m.params.divergence.csv}"
+    return Reading(int(m.number(path, "nan_inf_layers")), f"the rows with nan_inf > 0 in {m.params.divergence.csv}")
 
 
-def _layers_below(m: Metrics, limit: int):
+def _layers_below(m: Metrics, limit: int) -> Reading:
     path = m.params.divergence.metrics
-    count = int(m.number(path, "layers_below_sqnr_floor"))
-    return count, count <= limit, _layer_hint(m, m.value(path, "first_divergent_layer"))
+    return Reading(int(m.number(path, "layers_below_sqnr_floor")),
+                   _layer_hint(m, m.value(path, "first_divergent_layer")))
 
 
-def _inventory(m: Metrics, limit: int):
+def _inventory(m: Metrics, limit: int) -> Reading:
     missing = m.value(m.params.quantize.record, "fp32_ops_missing")
-    return len(missing), len(missing) <= limit, f"FP32 ops absent from the INT8 IR: {', '.join(missing[:5])}"
+    return Reading(len(missing), f"FP32 ops absent from the INT8 IR: {', '.join(missing[:5])}")
 
 
-def _quantized(m: Metrics, limit: int):
-    count = int(m.number(m.params.quantize.metrics, "fake_quantize_count"))
-    return count, count >= limit, "quantize.ignored_scope (types or patterns that match every op?)"
+def _quantized(m: Metrics, limit: int) -> Reading:
+    return Reading(int(m.number(m.params.quantize.metrics, "fake_quantize_count")),
+                   "quantize.ignored_scope (types or patterns that match every op?)")
 
 
-def _ignored_float(m: Metrics, limit: int):
+def _ignored_float(m: Metrics, limit: int) -> Reading:
     m.value(m.params.quantize.metrics, "model_sha256")  # the table is current when quantize.json is
     rows = m.read(m.params.quantize.precision_table)
     try:
@@ -305,10 +349,10 @@ def _ignored_float(m: Metrics, limit: int):
     except (TypeError, KeyError) as exc:
         path = m.params.quantize.precision_table
         raise MetricsUnavailable(f"{path} is malformed ({exc.__class__.__name__}); re-run {m.rerun(path)}") from exc
-    return len(wrong), len(wrong) <= limit, f"ops in the ignored scope that are int8 anyway: {', '.join(wrong[:5])}"
+    return Reading(len(wrong), f"ops in the ignored scope that are int8 anyway: {', '.join(wrong[:5])}")
 
 
-def _provenance(m: Metrics, limit: int):
+def _provenance(m: Metrics, limit: int) -> Reading:
     p = m.params
     for path in (p.baseline.metrics, p.quantize.metrics, p.quantize.record, p.int8_eval.metrics,
                  p.benchmark.metrics, p.divergence.metrics, p.sensitivity.metrics, p.autofix.metrics):
@@ -316,6 +360,6 @@ def _provenance(m: Metrics, limit: int):
     weights = Path(p.model.weights)
     recorded = m.value(p.export.record, "model_sha256")
     if weights.is_file() and sha256_file(weights) != recorded:
-        return 1, False, (f"{weights} changed since {p.export.record} was written; re-run `dvc repro` "
+        return Reading(1, f"{weights} changed since {p.export.record} was written; re-run `dvc repro` "
                           "(or `make gate`)")
-    return 0, True, ""
+    return Reading(0, "")

@@ -18,7 +18,7 @@ def main(params_path: str) -> int:
 
     params = load_params(params_path)
     status = pytest.main([str(GATES_DIR), "--params", params_path, f"--junitxml={params.gates.junit}",
-                          "-p", "no:cacheprovider", "-v", "--no-header"])
+                          "-p", "no:cacheprovider", "-v", "--no-header", "-o", "junit_logging=system-out"])
     print()
     report_status = report.main(params_path)
     return int(status) or report_status

@@ -15,6 +15,7 @@ from qgate.io import read_yaml
 
 DEFAULT_PARAMS = Path("params.yaml")
 INFERENCE_PRECISIONS = ("f32", "bf16", "f16")
+MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,9 @@ class Int8EvalParams:
     bad_cases: str
     bad_case_conf: float
     bad_case_iou: float
+    bootstrap_samples: int
+    ci_level: float
+    seed: int
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,8 @@ class BenchmarkParams:
     hint: str
     seconds: int
     repeats: int
+    max_seconds: float
+    ci_level: float
     batch: int
     bf16: bool
     report_dir: str
@@ -170,6 +176,7 @@ class AutofixParams:
 
     target_drop: float
     max_evaluations: int
+    ci_level: float
     out_dir: str
     steps: str
     scope: str
@@ -188,6 +195,8 @@ class GatesParams:
     min_speedup: float
     min_output_sqnr_db: float
     max_layers_below_sqnr_floor: int
+    confidence: float | None
+    inconclusive: str
     junit: str
     report_md: str
     report_html: str
@@ -292,9 +301,34 @@ def _check_values(params: Params, path: Path) -> None:
                          "at least 1 full evaluation of the val split (a few are typical: set 8 or more)")
     if params.gates.report_bad_cases < 0:
         raise QgateError(f"{path}: 'gates.report_bad_cases' must be >= 0")
-    if params.benchmark.seconds <= 0 or params.benchmark.repeats < 1 or params.benchmark.batch < 1:
-        raise QgateError(f"{path}: 'benchmark.seconds' must be > 0, 'repeats' and 'batch' >= 1; "
+    if params.benchmark.seconds <= 0 or params.benchmark.repeats < 2 or params.benchmark.batch < 1:
+        raise QgateError(f"{path}: 'benchmark.seconds' must be > 0, 'repeats' >= 2 (an interval needs two pairs) "
+                         f"and 'batch' >= 1; "
                          f"got {params.benchmark.seconds}, {params.benchmark.repeats}, {params.benchmark.batch}")
+    _check_statistics(params, path)
+
+
+def _check_statistics(params: Params, path: Path) -> None:
+    """Interval levels in (0, 1), enough resamples, and the gates judging the level the stages measured."""
+    for key, level in (("int8_eval.ci_level", params.int8_eval.ci_level),
+                       ("benchmark.ci_level", params.benchmark.ci_level),
+                       ("autofix.ci_level", params.autofix.ci_level), ("gates.confidence", params.gates.confidence)):
+        if level is not None and not 0.0 < level < 1.0:
+            raise QgateError(f"{path}: '{key}' is {level}; use a level in (0, 1), e.g. 0.95")
+    if params.int8_eval.bootstrap_samples < MIN_BOOTSTRAP_SAMPLES:
+        raise QgateError(f"{path}: 'int8_eval.bootstrap_samples' is {params.int8_eval.bootstrap_samples}; use at "
+                         f"least {MIN_BOOTSTRAP_SAMPLES} (1000 takes seconds)")
+    _one_of(path, "gates.inconclusive", params.gates.inconclusive, ("fail", "pass"))
+    confidence = params.gates.confidence
+    for key, level in (("int8_eval.ci_level", params.int8_eval.ci_level),
+                       ("benchmark.ci_level", params.benchmark.ci_level)):
+        if confidence is not None and level != confidence:
+            raise QgateError(f"{path}: 'gates.confidence' is {confidence} but '{key}' is {level}: the gates judge "
+                             "the interval the stage measured; set both to the same level")
+    if params.benchmark.max_seconds < params.benchmark.seconds * 2 * params.benchmark.repeats:
+        raise QgateError(f"{path}: 'benchmark.max_seconds' is {params.benchmark.max_seconds}, less than its "
+                         f"{params.benchmark.repeats} first pairs take (2 x {params.benchmark.repeats} x "
+                         f"{params.benchmark.seconds} s); raise it")
 
 
 def _one_of(path: Path, key: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -13,6 +13,7 @@ import yaml
 
 from qgate.cli import run_stage
 from qgate.errors import QgateError
+from qgate.intervals import PairedScorer, accepted, difference, verdict
 from qgate.io import atomic_dir, read_json, sha256_file, write_csv, write_json, write_text
 from qgate.mixed import ignored_names, quantizer_groups, revert
 from qgate.params import Params
@@ -22,7 +23,8 @@ from qgate.pipeline import (INT8_IR_NAME, evaluate_ir, export_record, fp32_ir, i
 log = logging.getLogger(__name__)
 
 STEP_COLUMNS = ["evaluation", "tried", "groups_float", "ops_float", "map50_95", "map50", "map50_95_drop",
-                "within_target", "kept", "images_per_second"]
+                "drop_ci_low", "drop_ci_high", "gain", "gain_ci_low", "gain_ci_high", "within_target", "kept",
+                "images_per_second"]
 
 
 def main(params: Params) -> dict:
@@ -35,20 +37,25 @@ def main(params: Params) -> dict:
     int8_metrics = read_json(require_output(params.int8_eval.metrics, "int8_eval"))
     baseline = int8_metrics["baseline_map50_95"]
     start = time.perf_counter()
-    needed = int8_metrics["map50_95_drop"] > cfg.target_drop
+    needed = not meets_target(params, int8_metrics["map50_95_drop"], int8_metrics["map50_95_drop_ci_low"],
+                              int8_metrics["map50_95_drop_ci_high"])
     if not needed:
-        log.info("autofix: the plain INT8 model is within target (drop %.4f <= %.4f); nothing to fix",
-                 int8_metrics["map50_95_drop"], cfg.target_drop)
+        log.info("autofix: the plain INT8 model meets autofix.target_drop %.4f (drop %.4f [%.4f, %.4f]); nothing "
+                 "to fix", cfg.target_drop, int8_metrics["map50_95_drop"], int8_metrics["map50_95_drop_ci_low"],
+                 int8_metrics["map50_95_drop_ci_high"])
         _save_copy(int8_path.parent, Path(cfg.out_dir))
         steps, names = [], []
         best = {"map50_95": int8_metrics["map50_95"], "map50": int8_metrics["map50"],
-                "map50_95_drop": int8_metrics["map50_95_drop"], "within_target": 1}
+                "map50_95_drop": int8_metrics["map50_95_drop"], "drop_ci_low": int8_metrics["map50_95_drop_ci_low"],
+                "drop_ci_high": int8_metrics["map50_95_drop_ci_high"], "within_target": 1}
     else:
         order = ranking(params)
         core = ov.Core()
         fp32, int8 = core.read_model(fp32_ir(params)), core.read_model(int8_path)
         groups = quantizer_groups(int8)
-        search = Search(params, record, fp32, int8, groups, order, int8_metrics)
+        detections = (read_json(require_output(params.baseline.detections, "baseline")),
+                      read_json(require_output(params.int8_eval.detections, "int8_eval")))
+        search = Search(params, record, fp32, int8, groups, order, int8_metrics, detections)
         chosen, best = search.run()
         steps, names = search.steps, ignored_names(groups, set(chosen))
         revert_and_save(int8, fp32, groups, set(chosen), Path(cfg.out_dir))
@@ -64,6 +71,9 @@ def main(params: Params) -> dict:
         "fixed_map50_95": best["map50_95"],
         "fixed_map50": best["map50"],
         "fixed_map50_95_drop": best["map50_95_drop"],
+        "fixed_map50_95_drop_ci_low": best["drop_ci_low"],
+        "fixed_map50_95_drop_ci_high": best["drop_ci_high"],
+        "ci_level": params.int8_eval.ci_level,
         "seconds": round(time.perf_counter() - start, 2),
         "model_sha256": record["model_sha256"],
         "int8_ir_bin_sha256": int8_ir_sha256(params),
@@ -71,6 +81,12 @@ def main(params: Params) -> dict:
     }
     write_json(cfg.metrics, metrics)
     return metrics
+
+
+def meets_target(params: Params, drop: float, low: float, high: float) -> bool:
+    """Whether a drop meets autofix.target_drop the way the accuracy gate judges its limit (gates.confidence)."""
+    g = params.gates
+    return accepted(verdict("<=", drop, low, high, params.autofix.target_drop, g.confidence), g.inconclusive)
 
 
 def ranking(params: Params) -> list[int]:
@@ -89,14 +105,21 @@ class Search:
 
     Not a bisection over ranking prefixes: reverting a group can lower mAP (bias correction downstream had
     compensated its error), so mAP is not monotonic in the prefix length. On the demo's naive config the top 4
-    groups measured a drop of 0.010, the top 8 0.014 and the top 32 0.018.
+    groups measured a drop of 0.010, the top 8 0.014 and the top 32 0.018. A group is kept only when its
+    mAP50-95 gain over the current model is above noise: the lower end of the gain's paired bootstrap interval
+    (same resampled images for both models, `autofix.ci_level`) is above 0.
     """
 
-    def __init__(self, params: Params, record: dict, fp32, int8, groups, order: list[int], int8_metrics: dict):
+    def __init__(self, params: Params, record: dict, fp32, int8, groups, order: list[int], int8_metrics: dict,
+                 detections: tuple[list[dict], list[dict]]):
         self.params, self.fp32, self.int8, self.groups, self.order = params, fp32, int8, groups, order
-        self.baseline, self.record = int8_metrics["baseline_map50_95"], record
-        self.start = {key: int8_metrics[key] for key in ("map50_95", "map50", "map50_95_drop")} | {"within_target": 0}
+        self.record, self.detections = record, detections
+        self.start = {key: int8_metrics[key] for key in ("map50_95", "map50", "map50_95_drop")} | {
+            "drop_ci_low": int8_metrics["map50_95_drop_ci_low"], "drop_ci_high": int8_metrics["map50_95_drop_ci_high"],
+            "within_target": 0}
         self.steps: list[dict] = []
+        self.scorer: PairedScorer | None = None  # built on the first evaluation, which brings the ground truth
+        self.fp32_scores = self.current_scores = None
 
     def run(self) -> tuple[list[int], dict]:
         """The chosen groups and their evaluation (the first within target, else the lowest drop reached)."""
@@ -112,18 +135,33 @@ class Search:
         return self._prune(chosen, best)
 
     def _greedy(self) -> tuple[list[int], dict]:
-        """Add groups in ranked order, keeping each one only if the measured drop gets smaller, until within target."""
+        """Add groups in ranked order, keeping each one only if it gains significantly, until within target."""
         chosen, best = [], self.start
         for group in self.order:
-            if not self._budget_left():
+            if not self._budget_left() or self._nothing_can_gain():
                 break
             step = self.evaluate([*chosen, group], f"+ {self.groups[group].ops[0]}")
-            if step["map50_95_drop"] < best["map50_95_drop"]:
-                chosen, best = [*chosen, group], step
+            if step["gain_ci_low"] > 0:
+                chosen, best, self.current_scores = [*chosen, group], step, self.last_scores
                 step["kept"] = 1
                 if step["within_target"]:
                     break
         return chosen, best
+
+    def _nothing_can_gain(self) -> bool:
+        """The current model is within noise of FP32: no group's float version can gain significantly.
+
+        Every group in float is the FP32 model, so the largest gain left is the current drop; when its
+        interval (at `autofix.ci_level`) reaches 0, no candidate's gain can clear the noise either.
+        """
+        if self.scorer is None:
+            return False
+        drop = difference(self.fp32_scores, self.current_scores, self.params.autofix.ci_level)
+        if drop.low <= 0:
+            log.info("autofix: the current drop %.4f [%.4f, %.4f] is within noise of FP32; stopping", drop.point,
+                     drop.low, drop.high)
+            return True
+        return False
 
     def _prune(self, chosen: list[int], best: dict) -> tuple[list[int], dict]:
         """Put chosen groups back to int8 one at a time (largest first) while still within target.
@@ -138,7 +176,7 @@ class Search:
             trial = [g for g in chosen if g != group]
             step = self.evaluate(trial, f"- {self.groups[group].ops[0]}")
             if step["within_target"]:
-                chosen, best = trial, step
+                chosen, best, self.current_scores = trial, step, self.last_scores
                 step["kept"] = 1
         return chosen, best
 
@@ -147,16 +185,25 @@ class Search:
 
     def evaluate(self, selected: list[int], tried: str) -> dict:
         """Real mAP of the INT8 model with `selected` groups in float (compiled as a true mixed-precision model)."""
-        chosen = set(selected)
-        result, _ = evaluate_ir(self.params, revert(self.int8, self.fp32, self.groups, chosen), self.record)
-        drop = round(self.baseline - result.map50_95, 5)
+        chosen, p = set(selected), self.params
+        result, _ = evaluate_ir(p, revert(self.int8, self.fp32, self.groups, chosen), self.record)
+        if self.scorer is None:
+            self.scorer = PairedScorer(result.ground_truth, p.int8_eval.bootstrap_samples, p.int8_eval.seed)
+            self.fp32_scores = self.scorer.scores(self.detections[0])[0]
+            self.current_scores = self.scorer.scores(self.detections[1])[0]
+        self.last_scores = self.scorer.scores(result.detections)[0]
+        drop = difference(self.fp32_scores, self.last_scores, p.int8_eval.ci_level)
+        gain = difference(self.last_scores, self.current_scores, p.autofix.ci_level)
         step = {"evaluation": len(self.steps) + 1, "tried": tried, "groups_float": len(chosen),
                 "ops_float": len(ignored_names(self.groups, chosen)), "map50_95": round(result.map50_95, 5),
-                "map50": round(result.map50, 5), "map50_95_drop": drop,
-                "within_target": int(drop <= self.params.autofix.target_drop), "kept": 0,
+                "map50": round(result.map50, 5), "map50_95_drop": round(drop.point, 5),
+                "drop_ci_low": round(drop.low, 5), "drop_ci_high": round(drop.high, 5),
+                "gain": round(gain.point, 5), "gain_ci_low": round(gain.low, 5), "gain_ci_high": round(gain.high, 5),
+                "within_target": int(meets_target(p, drop.point, drop.low, drop.high)), "kept": 0,
                 "images_per_second": round(result.images_per_second, 1)}
-        log.info("autofix step %d (%s): %d groups float (%d ops): mAP50-95 %.4f, drop %.4f", step["evaluation"],
-                 tried, len(chosen), step["ops_float"], result.map50_95, drop)
+        log.info("autofix step %d (%s): %d groups float (%d ops): mAP50-95 %.4f, drop %s, gain %s",
+                 step["evaluation"], tried, len(chosen), step["ops_float"], result.map50_95, drop.text(),
+                 gain.text())
         self.steps.append(step)
         return step
 
@@ -185,11 +232,14 @@ def scope_block(params: Params, names: list[str], best: dict, baseline: float) -
     if best["map50_95"] is None:
         reached = "autofix evaluated nothing"
     else:
+        level = params.int8_eval.ci_level
         reached = (f"autofix measured mAP50-95 {best['map50_95']:.4f} (drop {best['map50_95_drop']:.4f} from FP32 "
-                   f"{baseline:.4f}) with {len(names)} more ops in float")
-    verdict = "within" if best["within_target"] else "NOT within"
-    header = (f"# Paste under `quantize:` in params.yaml (replacing its ignored_scope).\n# {reached}: {verdict} "
-              f"autofix.target_drop {params.autofix.target_drop}.\n")
+                   f"{baseline:.4f}; {level:.0%} interval [{best['drop_ci_low']:.4f}, {best['drop_ci_high']:.4f}], "
+                   f"paired bootstrap over the val images) with {len(names)} more ops in float")
+    within = "within" if best["within_target"] else "NOT within"
+    how = "judged on its interval, like the gate" if params.gates.confidence is not None else "judged on the point"
+    header = (f"# Paste under `quantize:` in params.yaml (replacing its ignored_scope).\n# {reached}: {within} "
+              f"autofix.target_drop {params.autofix.target_drop} ({how}).\n")
     if not names:
         header = f"# Nothing to add: the current quantize.ignored_scope already meets the target.\n# {reached}.\n"
     body = yaml.safe_dump(block, sort_keys=False, default_flow_style=False)

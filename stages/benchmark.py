@@ -1,4 +1,4 @@
-"""FP32 and INT8 IRs -> benchmark_app latency / throughput (repeated, interleaved, medians) and sizes."""
+"""FP32 and INT8 IRs -> benchmark_app latency / throughput in interleaved pairs (medians, speed-up interval), sizes."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import openvino as ov
 
 from qgate.cli import run_stage
 from qgate.errors import QgateError
+from qgate.intervals import Interval, ratio_interval
 from qgate.io import read_json, write_json
 from qgate.params import BenchmarkParams, Params
 from qgate.pipeline import export_record, fixed_ir, fp32_ir, int8_ir, int8_ir_sha256, require_int8_ir
@@ -21,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def main(params: Params) -> dict:
-    """Run benchmark_app on each model `repeats` times, interleaved; write medians, spread and sizes."""
+    """Run benchmark_app on the models in interleaved rounds; write medians, the speed-up interval, spread, sizes."""
     cfg = params.benchmark
     Path(cfg.metrics).unlink(missing_ok=True)
     record = export_record(params)
@@ -36,17 +38,54 @@ def main(params: Params) -> dict:
         runs["bf16"] = (fp32_ir(params), "bf16")
     if fixed_needed(params):
         runs["fixed"] = (fixed_ir(params), precision)
-    results: dict[str, list[dict]] = {name: [] for name in runs}
     shutil.rmtree(cfg.report_dir, ignore_errors=True)
-    for repeat in range(cfg.repeats):  # interleaved so slow drift on a shared VM hits every model alike
-        for name, (ir, hint) in runs.items():
-            log.info("[%d/%d] benchmark: %s (%s, %s, %d s)", repeat + 1, cfg.repeats, name, hint, cfg.hint,
-                     cfg.seconds)
-            results[name].append(run_benchmark_app(ir, hint, cfg, Path(cfg.report_dir) / f"{name}_{repeat}",
-                                                   params.model.imgsz))
+    results = measure(runs, cfg, params)
     metrics = _summarize(results, runs, cfg, record, params)
     write_json(cfg.metrics, metrics)
     return metrics
+
+
+def measure(runs: dict, cfg: BenchmarkParams, params: Params) -> dict[str, list[dict]]:
+    """`repeats` interleaved rounds of every run, then FP32/INT8 pairs while the gate's limit is inside the interval.
+
+    Interleaved so slow drift on a shared VM hits every model alike. More pairs are measured only when
+    `gates.confidence` is set and `gates.min_speedup` lies inside the speed-up's interval, until it does not
+    or `max_seconds` is spent: the stage does not judge, it measures until the gate can.
+    """
+    results: dict[str, list[dict]] = {name: [] for name in runs}
+    start = time.perf_counter()
+    for repeat in range(cfg.repeats):
+        for name in runs:
+            results[name].append(_run(name, runs, cfg, params, repeat))
+    while _undecided(results, cfg, params):
+        pair_seconds = (time.perf_counter() - start) / sum(len(r) for r in results.values()) * 2
+        if time.perf_counter() - start + pair_seconds > cfg.max_seconds:
+            log.info("benchmark: the speed-up interval still holds gates.min_speedup after %d pairs; "
+                     "benchmark.max_seconds %g s spent", len(results["int8"]), cfg.max_seconds)
+            break
+        for name in ("fp32", "int8"):
+            results[name].append(_run(name, runs, cfg, params, len(results[name])))
+    return results
+
+
+def _run(name: str, runs: dict, cfg: BenchmarkParams, params: Params, repeat: int) -> dict:
+    ir, precision = runs[name]
+    log.info("[pair %d] benchmark: %s (%s, %s, %d s)", repeat + 1, name, precision, cfg.hint, cfg.seconds)
+    return run_benchmark_app(ir, precision, cfg, Path(cfg.report_dir) / f"{name}_{repeat}", params.model.imgsz)
+
+
+def _undecided(results: dict[str, list[dict]], cfg: BenchmarkParams, params: Params) -> bool:
+    """Whether gates.min_speedup lies inside the speed-up interval of the pairs so far (never without a gate)."""
+    limit = params.gates.min_speedup
+    if params.gates.confidence is None or limit is None:
+        return False
+    ratio = speedup_interval(results, cfg.ci_level)
+    return ratio.low < limit <= ratio.high
+
+
+def speedup_interval(results: dict[str, list[dict]], level: float) -> Interval:
+    """INT8/FP32 throughput ratio over the interleaved pairs, with its interval."""
+    return ratio_interval([s["fps"] for s in results["int8"]], [s["fps"] for s in results["fp32"]], level)
 
 
 def fixed_needed(params: Params) -> bool:
@@ -98,7 +137,10 @@ def _summarize(results: dict, runs: dict, cfg: BenchmarkParams, record: dict, pa
         metrics[f"{name}_fps"] = round(statistics.median(fps), 2)
         metrics[f"{name}_fps_spread_rel"] = round((max(fps) - min(fps)) / statistics.median(fps), 4)
         metrics[f"{name}_precision"] = _measured(runs[name], cfg.device)
-    metrics["speedup_fps"] = round(metrics["int8_fps"] / metrics["fp32_fps"], 3)
+    ratio = speedup_interval(results, cfg.ci_level)
+    metrics.update({"speedup_fps": round(ratio.point, 3), "speedup_fps_ci_low": round(ratio.low, 3),
+                    "speedup_fps_ci_high": round(ratio.high, 3), "ci_level": cfg.ci_level,
+                    "pairs": len(results["int8"])})
     metrics["speedup_latency"] = round(metrics["fp32_latency_ms"] / metrics["int8_latency_ms"], 3)
     if "bf16" in results:
         metrics["int8_vs_bf16_fps"] = round(metrics["int8_fps"] / metrics["bf16_fps"], 3)
@@ -111,7 +153,7 @@ def _summarize(results: dict, runs: dict, cfg: BenchmarkParams, record: dict, pa
         "bf16_supported": int("bf16" in results), "fixed_benchmarked": int("fixed" in results),
         "fp32_size_mb": round(fp32_mb, 3), "int8_size_mb": round(int8_mb, 3),
         "compression_ratio": round(fp32_mb / int8_mb, 3),
-        "hint": cfg.hint, "seconds": cfg.seconds, "repeats": cfg.repeats, "batch": cfg.batch,
+        "hint": cfg.hint, "seconds": cfg.seconds, "batch": cfg.batch,
         "device": cfg.device, "model_sha256": record["model_sha256"], "int8_ir_bin_sha256": int8_ir_sha256(params),
     })
     return metrics

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
+from qgate.intervals import PairedDrop, paired_drop
 from qgate.cli import run_stage
 from qgate.compare import BAD_CASE_COLUMNS, bad_cases
 from qgate.errors import QgateError
@@ -23,9 +25,15 @@ def main(params: Params) -> dict:
     record = export_record(params)
     baseline, baseline_detections = _baseline(params, record)
     ir_path = require_int8_ir(params)
-    log.info("[1/2] int8_eval: evaluating the INT8 IR")
+    log.info("[1/3] int8_eval: evaluating the INT8 IR")
     result, precision = evaluate_ir(params, ir_path, record)
-    log.info("[2/2] int8_eval: ranking images by FP32/INT8 disagreement")
+    log.info("[2/3] int8_eval: %d paired bootstrap resamples of the %d images", cfg.bootstrap_samples, result.images)
+    start = time.perf_counter()
+    paired = paired_drop(result.ground_truth, baseline_detections, result.detections, cfg.bootstrap_samples,
+                         cfg.ci_level, cfg.seed, (baseline["map50_95"], result.map50_95, baseline["map50"],
+                                                  result.map50))
+    bootstrap_seconds = time.perf_counter() - start
+    log.info("[3/3] int8_eval: ranking images by FP32/INT8 disagreement")
     cases = bad_cases(baseline_detections, result.detections, result.ground_truth["images"],
                       cfg.bad_case_conf, cfg.bad_case_iou)
     drop = baseline["map50_95"] - result.map50_95
@@ -40,6 +48,8 @@ def main(params: Params) -> dict:
         "instances": result.instances,
         "images_changed": sum(c["disagreement"] > 0 for c in cases),
         "mean_disagreement": round(sum(c["disagreement"] for c in cases) / max(len(cases), 1), 5),
+        **interval_metrics(paired),
+        "bootstrap_seconds": round(bootstrap_seconds, 2),
         "inference_precision": precision,
         "model_sha256": record["model_sha256"],
         "int8_ir_bin_sha256": int8_ir_sha256(params),
@@ -49,6 +59,21 @@ def main(params: Params) -> dict:
     write_csv(cfg.bad_cases, cases, BAD_CASE_COLUMNS)
     write_json(cfg.metrics, metrics)
     return metrics
+
+
+def interval_metrics(paired: PairedDrop) -> dict:
+    """The bootstrap intervals as flat metrics: drops, each model's mAP, and the drop this val set resolves."""
+    drop, rel = paired.map50_95_drop, paired.map50_95_drop_rel
+    return {
+        "map50_95_drop_ci_low": round(drop.low, 5), "map50_95_drop_ci_high": round(drop.high, 5),
+        "map50_95_drop_rel_ci_low": round(rel.low, 5), "map50_95_drop_rel_ci_high": round(rel.high, 5),
+        "map50_drop_ci_low": round(paired.map50_drop.low, 5), "map50_drop_ci_high": round(paired.map50_drop.high, 5),
+        "map50_95_ci_low": round(paired.int8_map50_95.low, 5), "map50_95_ci_high": round(paired.int8_map50_95.high, 5),
+        "baseline_map50_95_ci_low": round(paired.fp32_map50_95.low, 5),
+        "baseline_map50_95_ci_high": round(paired.fp32_map50_95.high, 5),
+        "map50_95_drop_resolution": round(drop.half_width, 5),
+        "ci_level": drop.level, "bootstrap_samples": paired.samples,
+    }
 
 
 def _baseline(params: Params, record: dict) -> tuple[dict, list[dict]]:

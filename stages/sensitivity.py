@@ -18,6 +18,7 @@ from qgate.compare import match
 from qgate.dataset import split_images
 from qgate.evaluator import image_tensor, infer_pipelined, to_coco
 from qgate.heads import Postprocess, head_for
+from qgate.intervals import resample_indices
 from qgate.io import write_csv, write_json, write_text
 from qgate.mixed import Group, quantizer_groups, revert
 from qgate.params import Params
@@ -163,7 +164,7 @@ def error_removed_low(scores: dict, quantile: float, resamples: int = RESAMPLES)
     by up to 0.006 either way when autofix tried them, the second (head convs) by at most 0.0012 (README).
     """
     base, errors = scores["base"], scores["errors"]
-    picks = np.random.default_rng(0).integers(0, base.size, (resamples, base.size))
+    picks = resample_indices(base.size, resamples, seed=0)
     totals = base[picks].sum(1)
     # a resample of only images without error (FP32 confident nowhere) has no share: left out
     shares = np.where(totals > 0, 1 - errors[:, picks].sum(2) / np.maximum(totals, 1e-30), np.nan)

@@ -49,6 +49,13 @@ def evaluated_project(tmp_path_factory, quantized_project, tiny_weights) -> Path
     return project
 
 
+def _drop(project: Path, drop: float) -> None:
+    """Rewrite int8_eval's drop and its interval (+-0.05), as if INT8 had lost that much."""
+    int8 = _json(project, "metrics/int8.json")
+    (project / "metrics/int8.json").write_text(json.dumps(
+        {**int8, "map50_95_drop": drop, "map50_95_drop_ci_low": drop - 0.05, "map50_95_drop_ci_high": drop + 0.05}))
+
+
 def test_sensitivity_scores_every_group_on_val_images(tmp_path, evaluated_project, tiny_weights):
     project = copy_project(evaluated_project, tmp_path, tiny_weights, sensitivity__images=2, sensitivity__conf=0.0,
                            int8_eval__bad_case_conf=0.0005, baseline__conf=0.0001)
@@ -96,16 +103,14 @@ def test_an_empty_ranking_stops_autofix_saying_why(tmp_path, evaluated_project, 
     project = copy_project(evaluated_project, tmp_path, tiny_weights)
     (project / "reports").mkdir()
     (project / "reports/sensitivity.csv").write_text("rank,group,quantizer\n")  # what sensitivity writes then
-    int8 = _json(project, "metrics/int8.json")
-    (project / "metrics/int8.json").write_text(json.dumps({**int8, "map50_95_drop": 0.5}))  # as if INT8 broke
+    _drop(project, 0.5)  # as if INT8 broke
     assert_fails_cleanly("autofix", project, ["reports/sensitivity.csv", "no ranked quantizer group",
                                               "sensitivity.images"], "metrics/autofix.json")
 
 
 def test_missing_inputs_name_the_stage_to_run(tmp_path, evaluated_project, tiny_weights):
     project = copy_project(evaluated_project, tmp_path, tiny_weights)  # no reports/: no ranking
-    int8 = _json(project, "metrics/int8.json")
-    (project / "metrics/int8.json").write_text(json.dumps({**int8, "map50_95_drop": 0.5}))
+    _drop(project, 0.5)
     assert_fails_cleanly("autofix", project, ["reports/sensitivity.csv", "dvc repro sensitivity"],
                          "metrics/autofix.json")
 
@@ -119,8 +124,7 @@ def test_a_zero_evaluation_budget_is_a_params_error(tmp_path, evaluated_project,
 def test_nothing_to_fix_copies_the_int8_model(tmp_path, evaluated_project, tiny_weights):
     project = copy_project(evaluated_project, tmp_path, tiny_weights)
     shutil.copytree(evaluated_project / "reports", project / "reports")
-    int8 = _json(project, "metrics/int8.json")
-    (project / "metrics/int8.json").write_text(json.dumps({**int8, "map50_95_drop": 0.0}))
+    _drop(project, 0.0)
     _run(project, "autofix")  # no sensitivity ranking needed: the stage must not read it
     metrics = _json(project, "metrics/autofix.json")
     assert metrics["needed"] == 0 and metrics["evaluations"] == 0 and metrics["ops_float_added"] == 0
@@ -204,7 +208,7 @@ def test_naive_config_fails_with_a_scope_that_makes_the_gate_pass_once_pasted(tm
     project = _copy_demo(demo, tmp_path / "p")
     naive = {"preset": "performance", "keep_decode_float": False,
              "ignored_scope": {"names": [], "patterns": [], "types": [], "subgraphs": []}}
-    _params(project, quantize=naive, benchmark={"seconds": 5, "repeats": 1})
+    _params(project, quantize=naive, benchmark={"seconds": 5, "repeats": 2, "max_seconds": 30})
     pipeline = ("quantize", "int8_eval", "divergence", "sensitivity", "autofix", "benchmark")
     _run(project, *pipeline)
     failing = _gates(project)

@@ -94,21 +94,29 @@ def _weights_changed(project: Path) -> None:
     weights.write_bytes(b"another model")
 
 
+def _dropped(project: Path, drop: float = 0.05, low: float = 0.04, high: float = 0.06) -> None:
+    edit_json(project, "metrics/int8.json", map50_95_drop=drop, map50_95_drop_ci_low=low, map50_95_drop_ci_high=high)
+
+
 # (gate, how to break it, fragments the failure message must hold: value, limit, what to look at)
 BREAKS = [
-    ("accuracy_map50_95_drop", lambda p: edit_json(p, "metrics/int8.json", map50_95_drop=0.05),
-     ["= 0.05 violates limit <= 0.01", "first divergent layer /model.", "reports/bad_cases.csv"]),
+    ("accuracy_map50_95_drop", _dropped,
+     ["= 0.05 [0.04, 0.06] (95%) violates limit <= 0.01", "first divergent layer /model.", "reports/bad_cases.csv"]),
     ("accuracy_map50_95_drop_rel", lambda p: (edit_gates(p, max_map50_95_drop_rel=0.001),
-                                              edit_json(p, "metrics/int8.json", map50_95_drop_rel=0.02)),
-     ["= 0.02 violates limit <= 0.001", "Look at: first divergent layer"]),
+                                              edit_json(p, "metrics/int8.json", map50_95_drop_rel=0.02,
+                                                        map50_95_drop_rel_ci_low=0.015,
+                                                        map50_95_drop_rel_ci_high=0.025)),
+     ["= 0.02 [0.015, 0.025] (95%) violates limit <= 0.001", "Look at: first divergent layer"]),
     ("accuracy_int8_map50_95_floor", lambda p: edit_gates(p, min_int8_map50_95=0.99),
      ["violates limit >= 0.99", "the FP32 model is already below the floor"]),
     ("accuracy_per_class_drop", lambda p: edit_gates(p, max_class_map50_95_drop=0.001),
      ["violates limit <= 0.001", "class '"]),
     ("speed_int8_latency", lambda p: edit_gates(p, max_latency_ms=0.5),
      ["int8_latency_ms =", "violates limit <= 0.5", "benchmark.hint"]),
-    ("speed_speedup", lambda p: edit_json(p, "metrics/benchmark.json", speedup_fps=1.01),
-     ["speedup_fps = 1.01 violates limit >= 1.3", "FPS", "benchmark.repeats"]),
+    ("speed_speedup", lambda p: edit_json(p, "metrics/benchmark.json", speedup_fps=1.01, speedup_fps_ci_low=0.98,
+                                          speedup_fps_ci_high=1.04),
+     ["speedup_fps = 1.01 [0.98, 1.04] (95%) violates limit >= 1.3", "FPS", "benchmark.max_seconds",
+      "benchmark pairs resolve the speed-up to about 0.030x"]),
     ("drift_output_sqnr", lambda p: edit_json(p, "metrics/divergence.json", output_sqnr_db=12.5),
      ["output_sqnr_db = 12.5 violates limit >= 25", "first divergent layer /model."]),
     ("drift_nan_inf", lambda p: edit_json(p, "metrics/divergence.json", nan_inf_layers=3),
@@ -189,17 +197,16 @@ def test_a_bad_threshold_is_a_usage_error(project):
 
 
 def test_judge_writes_junit_report_and_table_and_fails_on_a_failed_gate(project):
-    edit_gates(project, max_map50_95_drop=0.0)
+    _dropped(project)
     result = run(project, "qgate.judge")
     assert result.returncode == 1, result.stdout + result.stderr
     table_row = next(line for line in result.stdout.splitlines() if line.startswith("accuracy_map50_95_drop "))
-    assert table_row.split()[-1] == "FAIL" and "<= 0" in table_row
+    assert table_row.split()[-1] == "FAIL" and "<= 0.01" in table_row and "[0.04, 0.06] (95%)" in table_row
     junit = (project / "reports/gates.xml").read_text()
     assert 'name="test_gate[accuracy_map50_95_drop]"' in junit and "<failure" in junit
     report = (project / "reports/report.md").read_text()
     assert report.startswith("# qgate report: FAIL: 1 of 9 gates failed (accuracy_map50_95_drop)")
-    drop = json.loads((project / "metrics/int8.json").read_text())["map50_95_drop"]
-    assert f"| accuracy_map50_95_drop | map50_95_drop | {drop:.4g} | <= 0 | **FAIL** |" in report
+    assert "| accuracy_map50_95_drop | map50_95_drop | 0.05 | [0.04, 0.06] (95%) | <= 0.01 | **FAIL** |" in report
     html = (project / "reports/report.html").read_text()
     assert "<h1 class='fail'>" in html and "<svg" in html and "data:image/jpeg;base64," not in html  # no dataset here
     assert not re.search(r"""(src|href)=["']https?:|<script|<link""", html)  # self-contained: nothing fetched
@@ -260,3 +267,55 @@ def test_report_files_follow_the_umask(project):
     pictures = project / "reports/report_files"
     assert pictures.stat().st_mode & 0o777 == 0o755
     assert {p.stat().st_mode & 0o777 for p in pictures.iterdir()} == {0o644}
+
+
+# (interval of the drop, gates.confidence, gates.inconclusive, exit status, the result column, message fragments)
+THREE_VALUED = [
+    ((0.002, -0.003, 0.007), 0.95, "fail", 0, "pass", ["within limit <= 0.01"]),
+    ((0.02, 0.012, 0.028), 0.95, "pass", 1, "FAIL", ["violates limit <= 0.01"]),
+    ((0.008, 0.002, 0.014), 0.95, "pass", 0, "inconclusive (pass)",
+     ["is inconclusive against limit <= 0.01", "counted as passed by gates.inconclusive: pass"]),
+    ((0.008, 0.002, 0.014), 0.95, "fail", 1, "inconclusive (FAIL)",
+     ["is inconclusive against limit <= 0.01", "counted as failed by gates.inconclusive: fail"]),
+    ((0.008, 0.002, 0.014), None, "fail", 0, "pass", ["within limit <= 0.01"]),  # point estimate decides
+    ((0.012, 0.002, 0.018), None, "pass", 1, "FAIL", ["violates limit <= 0.01"]),
+]
+
+
+@pytest.mark.parametrize("drop, confidence, inconclusive, status, result_column, fragments", [
+    pytest.param(*case, id=f"{case[1]}-{case[2]}-{case[4]}") for case in THREE_VALUED])
+def test_three_valued_accuracy_verdicts_under_each_policy(project, drop, confidence, inconclusive, status,
+                                                          result_column, fragments):
+    _dropped(project, *drop)
+    edit_gates(project, confidence=confidence, inconclusive=inconclusive)
+    params = yaml.safe_load((project / "params.yaml").read_text())  # intervals stay measured at the stage's level
+    assert params["int8_eval"]["ci_level"] == 0.95
+    result = run(project, "qgate.judge")
+    assert result.returncode == status, result.stdout + result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("accuracy_map50_95_drop "))
+    assert row.endswith(result_column) and f"[{drop[1]:.4g}, {drop[2]:.4g}] (95%)" in row, row
+    junit = (project / "reports/gates.xml").read_text()
+    report = (project / "reports/report.md").read_text()
+    message = next(line for line in report.splitlines() if line.startswith("accuracy_map50_95_drop:")
+                   or line.startswith("- accuracy_map50_95_drop:"))
+    for fragment in fragments + ["images resolve mAP50-95 drops of about"]:
+        assert fragment in message, message
+    assert ("<failure" in junit) == (status == 1)
+    if result_column.startswith("inconclusive"):  # a passed gate's verdict is in the JUnit XML too
+        assert "inconclusive: accuracy_map50_95_drop: map50_95_drop = 0.008 [0.002, 0.014] (95%)" in junit
+
+
+def test_a_limit_finer_than_the_val_set_resolves_says_so(project):
+    edit_json(project, "metrics/int8.json", map50_95_drop_resolution=0.008)
+    edit_gates(project, max_map50_95_drop=0.01)
+    result = run_gates(project)
+    assert ("100 images resolve mAP50-95 drops of about 0.0080; the limit 0.01 is less than twice that: add images "
+            "or raise the limit") in result.stdout
+
+
+def test_intervals_at_another_level_than_the_gates_are_stale(project):
+    edit_json(project, "metrics/int8.json", ci_level=0.9)
+    result = run_gates(project)
+    assert "accuracy_map50_95_drop" in failed_gates(result)
+    assert "metrics/int8.json has its intervals at 0.9, gates.confidence is 0.95; re-run `dvc repro int8_eval`" in (
+        result.stdout)
