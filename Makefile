@@ -11,7 +11,7 @@ export YOLO_CONFIG_DIR := $(abspath .cache/ultralytics)
 export DVC_NO_ANALYTICS := 1
 export MPLBACKEND := Agg
 
-.PHONY: setup test repro gate report lint clean
+.PHONY: setup test repro gate report promote lint clean
 
 setup: $(STAMP)  ## create .venv with the pinned requirements (idempotent)
 
@@ -39,6 +39,9 @@ gate: repro  ## pipeline, then the gates (JUnit XML), the report and a verdict t
 
 report: setup  ## rewrite reports/report.md and report.html from the current metrics (no stage runs)
 	$(BIN)/python -m qgate.report
+
+promote: setup  ## register the INT8 model that passed every gate as a GTO version + stage (PROMOTE_FLAGS=--push)
+	$(BIN)/python -m qgate.promote $(PROMOTE_FLAGS)
 
 lint: setup  ## byte-compile, pyflakes, and the workflow files against GitHub's schema and zizmor
 	$(BIN)/python -m compileall -q qgate stages gates tests benchmarks

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from qgate.io import read_yaml
 
 DEFAULT_PARAMS = Path("params.yaml")
 INFERENCE_PRECISIONS = ("f32", "bf16", "f16")
+REGISTRY_NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9-/_]*[a-zA-Z0-9])?")  # gto.constants' artifact/stage rule
 MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
 
 
@@ -204,6 +206,18 @@ class GatesParams:
 
 
 @dataclass(frozen=True)
+class PromoteParams:
+    """`promote:` the registry entry `make promote` writes (GTO git tags) for the INT8 model that passed."""
+
+    name: str
+    family: str
+    stage: str
+    bump: str
+    bump_new_model: str
+    remote: str
+
+
+@dataclass(frozen=True)
 class Params:
     """All sections of params.yaml."""
 
@@ -218,6 +232,7 @@ class Params:
     sensitivity: SensitivityParams
     autofix: AutofixParams
     gates: GatesParams
+    promote: PromoteParams
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
@@ -306,6 +321,17 @@ def _check_values(params: Params, path: Path) -> None:
                          f"and 'batch' >= 1; "
                          f"got {params.benchmark.seconds}, {params.benchmark.repeats}, {params.benchmark.batch}")
     _check_statistics(params, path)
+    _check_promote(params, path)
+
+
+def _check_promote(params: Params, path: Path) -> None:
+    """Registry names GTO and DVC accept, and a version bump rule."""
+    for key, value in (("promote.name", params.promote.name), ("promote.stage", params.promote.stage)):
+        if not REGISTRY_NAME.fullmatch(value):
+            raise QgateError(f"{path}: '{key}' is {value!r}; use letters, digits, '-', '_' or '/', starting and "
+                             "ending with a letter or digit (GTO's rule for artifact and stage names)")
+    for key in ("bump", "bump_new_model"):
+        _one_of(path, f"promote.{key}", getattr(params.promote, key), ("patch", "minor", "major"))
 
 
 def _check_statistics(params: Params, path: Path) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from qgate import registry
+from qgate.errors import QgateError
 from qgate.gates import Metrics, MetricsUnavailable, Verdict, gates
 from qgate.io import write_bytes, write_text
 from qgate.params import Params
@@ -40,10 +42,9 @@ def build(metrics: Metrics, verdicts: list[Verdict], params_text: str) -> tuple[
     """The verdict line and the sections, from whatever metrics exist (missing ones show as 'missing')."""
     params = metrics.params
     verdict = headline(verdicts)
-    sections = [_results(metrics), _gates(params, verdicts), _autofix(metrics), _divergence(metrics),
-                _per_class(metrics),
-                _bad_cases(metrics), Section("Params used", ["`params.yaml` as judged:"], code=params_text,
-                        code_collapsed=True)]
+    sections = [_results(metrics), _gates(params, verdicts), _registry(metrics), _autofix(metrics),
+                _divergence(metrics), _per_class(metrics), _bad_cases(metrics),
+                Section("Params used", ["`params.yaml` as judged:"], code=params_text, code_collapsed=True)]
     return verdict, sections
 
 
@@ -136,12 +137,31 @@ def _gates(params: Params, verdicts: list[Verdict]) -> Section:
              result_text(v) if v.passed else f"**{result_text(v)}**"] for v in verdicts]
     rows += [[g.name, g.metric, "", "", "off (null in params)", "off"] for g in gates(params) if g.limit is None]
     g = params.gates
-    mode = (f"Accuracy and speed gates decide on their {g.confidence:.0%} intervals (`gates.confidence`): pass when the "
-            f"whole interval meets the limit, fail when none of it does, else inconclusive, counted as "
+    mode = (f"Accuracy and speed gates decide on their {g.confidence:.0%} intervals (`gates.confidence`): pass when "
+            f"the whole interval meets the limit, fail when none of it does, else inconclusive, counted as "
             f"**{g.inconclusive}** (`gates.inconclusive`)." if g.confidence is not None else
             "Gates decide on point estimates (`gates.confidence: null`); intervals are shown for reading only.")
     notes = [mode] + [v.message for v in verdicts if not v.passed or v.state == "inconclusive" or v.interval]
     return Section("Gates", notes, [(["gate", "metric", "value", "interval", "limit", "result"], rows)])
+
+
+def _registry(m: Metrics) -> Section:
+    """Which registered version (GTO tag) this INT8 IR is, if any, and how to fetch it."""
+    cfg = m.params.promote
+    try:
+        ir = m.value(m.params.autofix.metrics, "fixed_ir_bin_sha256")
+        found = [v for v in registry.versions(Path.cwd(), cfg.name) if v.fields.get("ir_sha256") == ir]
+        holder = registry.in_stage(Path.cwd(), cfg.name, cfg.stage) if found else None
+    except (MetricsUnavailable, QgateError) as exc:
+        return Section("Registry", [f"Registry not read: {exc}"])
+    if not found:
+        return Section("Registry", [f"This INT8 IR ({ir[:12]}) is not registered as `{cfg.name}` yet: `make promote` "
+                                    "registers it when every gate passes on a clean, committed checkout."])
+    version = found[-1]
+    return Section("Registry", [
+        f"Registered as **{version.tag}** (commit {version.commit[:12]}); stage `{cfg.stage}` is "
+        f"{'**' + holder + '**' if holder else 'unassigned'}. Fetch it with `dvc artifacts get <repo> {cfg.name} "
+        f"--rev {version.text}` or `--stage {cfg.stage}`."])
 
 
 def _divergence(m: Metrics) -> Section:
