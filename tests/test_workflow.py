@@ -14,7 +14,7 @@ from conftest import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "qgate.yml"
 # What GitHub would put into ${{ }} on a pull request to main; any other expression fails the test.
-EXPRESSIONS = {"github.base_ref": "main"}
+EXPRESSIONS = {"github.base_ref": "main", "secrets.GITHUB_TOKEN": ""}
 # This machine reaches no PyTorch index: the job's CPU-torch index becomes the local package index.
 LOCAL_ENV = {"TORCH_INDEX_URL": ""}
 
@@ -45,7 +45,22 @@ def test_the_workflow_checks_what_the_issue_asks():
     assert uploads and uploads[0]["if"] == "${{ !cancelled() }}"
     for step in job["steps"]:
         if "uses" in step:
-            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w.-]+)?@[0-9a-f]{40}", step["uses"]), step["uses"]
+
+
+def test_only_the_promote_job_writes_and_only_after_the_gate_on_a_push_to_the_default_branch():
+    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    promote = jobs["promote"]
+    assert promote["needs"] == "gate" and promote["permissions"] == {"contents": "write"}
+    assert "github.event_name == 'push'" in promote["if"] and "default_branch" in promote["if"]
+    assert all("permissions" not in job for name, job in jobs.items() if name != "promote")  # read-only default
+    commands = "\n".join(step["run"] for step in run_steps(promote))
+    assert "make promote PROMOTE_FLAGS=--push" in commands
+    for step in promote["steps"]:
+        if "uses" in step:
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w.-]+)?@[0-9a-f]{40}", step["uses"]), step["uses"]
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step["with"]["persist-credentials"] is False
 
 
 @pytest.mark.slow
@@ -58,16 +73,50 @@ def test_every_run_step_passes_in_a_fresh_clone(tmp_path):
     # the clone must use its own venv and code, not this checkout's
     env = {key: value for key, value in os.environ.items() if not key.startswith(("VIRTUAL_ENV", "PYTHON"))}
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not p.startswith(str(ROOT)))
-    env.update({key: substitute(value) for key, value in job.get("env", {}).items()})
-    env.update(LOCAL_ENV, GITHUB_STEP_SUMMARY=str(summary), QGATE_IN_WORKFLOW_TEST="1", CI="true")
+    env.update(GITHUB_STEP_SUMMARY=str(summary), QGATE_IN_WORKFLOW_TEST="1", CI="true")
+    run_job(job, clone, env)
+    text = summary.read_text()
+    assert "# qgate report: PASS" in text
+    assert "## Metrics: this branch vs main" in text
+    for output in ("reports/report.md", "reports/report.html", "reports/gates.xml"):
+        assert (clone / output).is_file(), output
+    promote_from_a_bare_origin(clone, tmp_path, env)
+
+
+def run_job(job: dict, clone: Path, env: dict) -> None:
+    """Every `run:` step of `job` in `clone`, in order; a failing step fails the test with its output."""
+    env = {**env, **{key: substitute(value) for key, value in job.get("env", {}).items()}, **LOCAL_ENV}
     for step in run_steps(job):
         step_env = {**env, **{key: substitute(value) for key, value in step.get("env", {}).items()}}
         done = subprocess.run(["bash", "-eo", "pipefail", "-c", substitute(step["run"])], cwd=clone, env=step_env,
                               capture_output=True, text=True, timeout=40 * 60)
         assert done.returncode == 0, f"step '{step.get('name', step['run'])}' failed:\n{done.stdout[-3000:]}\n" \
                                      f"{done.stderr[-3000:]}"
-    text = summary.read_text()
-    assert "# qgate report: PASS" in text
-    assert "## Metrics: this branch vs main" in text
-    for output in ("reports/report.md", "reports/report.html", "reports/gates.xml"):
-        assert (clone / output).is_file(), output
+
+
+def promote_from_a_bare_origin(clone: Path, tmp_path: Path, env: dict) -> None:
+    """The promote job: the gate's outputs committed and pushed (a local bare origin, a local DVC remote),
+    then its `run:` steps in a fresh clone of that origin; the tags land on the origin, once."""
+    origin, remote = tmp_path / "origin.git", tmp_path / "dvc-remote"
+    user = ["-c", "user.name=qgate", "-c", "user.email=qgate@localhost"]
+    for command in (["init", "-q", "--bare", "-b", "main", str(origin)],):
+        subprocess.run(["git", *command], check=True)
+    dvc = str(clone / ".venv/bin/dvc")
+    for command in ([dvc, "remote", "add", "-d", "local", str(remote)], [dvc, "config", "core.analytics", "false"],
+                    ["git", "add", "-A"], ["git", *user, "commit", "-qm", "gate results, DVC remote"],
+                    [dvc, "push", "-q"], ["git", "push", "-q", str(origin), "HEAD:main"]):
+        done = subprocess.run(command, cwd=clone, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, f"{command}: {done.stderr[-2000:]}"
+    pushed = tmp_path / "pushed"
+    subprocess.run(["git", "clone", "-q", str(origin), str(pushed)], check=True)
+    (pushed / ".venv").symlink_to(clone / ".venv")  # the same installed packages: no second 6 GB venv
+    job = yaml.safe_load(WORKFLOW.read_text())["jobs"]["promote"]
+    summary = tmp_path / "promote_summary.md"
+    for attempt in range(2):  # a re-run (as after a cancelled job) finishes without a second version
+        run_job(job, pushed, {**env, "GITHUB_STEP_SUMMARY": str(summary)})
+    remote_tags = subprocess.run(["git", "ls-remote", "--tags", str(origin)], capture_output=True, text=True,
+                                 check=True).stdout
+    name = yaml.safe_load((clone / "params.yaml").read_text())["promote"]["name"]
+    assert f"refs/tags/{name}@v0.0.1" in remote_tags and f"refs/tags/{name}#staging#1" in remote_tags
+    assert f"{name}@v0.0.2" not in remote_tags
+    assert "## Registry" in summary.read_text()
