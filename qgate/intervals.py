@@ -10,11 +10,11 @@ pycocotools' own, bit for bit (tested).
 
 from __future__ import annotations
 
-import contextlib
-import io
 from dataclasses import dataclass
 
 import numpy as np
+
+from qgate.evaluator import matched, mean_valid
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 CHUNK_ELEMENTS = 4_000_000  # resamples x IoU thresholds x detections per array: ~32 MB of float64 at a time
@@ -90,9 +90,6 @@ class ImageMatches:
     """One model's detections matched to the ground truth per image (pycocotools `evaluate`), for weighted mAP."""
 
     def __init__(self, ground_truth: dict, detections: list[dict]):
-        from pycocotools.coco import COCO
-        from pycocotools.cocoeval import COCOeval
-
         self.images = len(ground_truth["images"])
         self.classes: list[_ClassMatches | None] = []
         if not detections or not ground_truth["annotations"]:
@@ -101,15 +98,7 @@ class ImageMatches:
             self.empty = True
             return
         self.empty = False
-        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
-            gt = COCO()
-            gt.dataset = ground_truth
-            gt.createIndex()
-            evaluator = COCOeval(gt, gt.loadRes(detections), "bbox")
-            # the same settings as qgate.evaluator.coco_map: the 'all' area range, 100 detections
-            evaluator.params.areaRng, evaluator.params.areaRngLbl = [[0, 1e10]], ["all"]
-            evaluator.params.maxDets = [100]
-            evaluator.evaluate()
+        evaluator = matched(ground_truth, detections)  # the settings of qgate.evaluator.coco_map
         p = evaluator.params
         self.rec_thresholds, self.iou_thresholds = p.recThrs, len(p.iouThrs)
         image_position = {image_id: i for i, image_id in enumerate(p.imgIds)}
@@ -132,7 +121,7 @@ class ImageMatches:
                 if matches is not None:
                     precision[:, :, :, k] = _class_precision(matches, block, self.rec_thresholds)
             for r in range(len(block)):  # pycocotools' summarize: the same masked mean, in the same order
-                map50_95[start + r], map50[start + r] = _mean_valid(precision[r]), _mean_valid(precision[r, 0])
+                map50_95[start + r], map50[start + r] = mean_valid(precision[r]), mean_valid(precision[r, 0])
         return map50_95, map50
 
 
@@ -199,11 +188,6 @@ def _interpolate(matches: _ClassMatches, weights: np.ndarray, ground_truths: np.
     found = first < reached.shape[2]
     values = np.take_along_axis(envelope.reshape(rows, -1), np.minimum(first, reached.shape[2] - 1), axis=1)
     return np.where(found, values, 0.0).reshape(reached.shape[0], reached.shape[1], -1)
-
-
-def _mean_valid(precision: np.ndarray) -> float:
-    valid = precision[precision > -1]  # -1 marks classes without ground truth
-    return float(valid.mean()) if valid.size else 0.0
 
 
 @dataclass(frozen=True)
