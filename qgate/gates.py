@@ -169,8 +169,9 @@ def judge(gate: Gate, metrics: Metrics) -> Verdict:
     relation = {PASS: "within", FAIL: "violates", INCONCLUSIVE: "is inconclusive against"}[state]
     message = f"{gate.name}: {measured} {relation} limit {limit_text}"
     if state == INCONCLUSIVE:
-        message += (f" (the limit lies inside the {reading.level:.0%} interval; counted as {'passed' if passed else 'failed'}"
-                    f" by gates.inconclusive: {g.inconclusive})")
+        counted = "passed" if passed else "failed"
+        message += (f" (the limit lies inside the {reading.level:.0%} interval; counted as {counted} by "
+                    f"gates.inconclusive: {g.inconclusive})")
     if reading.caveat:
         message += f". {reading.caveat}"
     if not passed or state == INCONCLUSIVE:
