@@ -165,7 +165,13 @@ def main() -> None:
             wall = f"{seconds:.1f}" if seconds is not None else "-"
             evals = str(evaluations) if evaluations is not None else "-"
             print(f"{name:<36}{wall:>8}{evals:>11}{float_ops(ir):>10}{value:>9.4f}{speed:>8.1f}{speed / fps[0]:>8.2f}x")
+        fix = read_json(params.autofix.metrics)
         print(f"\nqgate / NNCF wall time: {ours['seconds'] / nncf_ac['seconds']:.2f}")
+        print(f"qgate's final drop {fix['fixed_map50_95_drop']:.4f}, {fix['ci_level']:.0%} paired interval "
+              f"[{fix['fixed_map50_95_drop_ci_low']:.4f}, {fix['fixed_map50_95_drop_ci_high']:.4f}]; target "
+              f"{params.autofix.target_drop} judged "
+              + ("on the interval (gates.confidence " f"{params.gates.confidence}, inconclusive: "
+                 f"{params.gates.inconclusive})" if params.gates.confidence is not None else "on the point"))
         print_search(params, ours["plain_ir"], nncf_ac["ir"])
 
 

@@ -42,7 +42,7 @@ STAGES = ("export", "baseline", "quantize", "int8_eval", "divergence", "sensitiv
 
 def _scaled(stem: str) -> str:
     """The scaled yaml Ultralytics builds from a family's file: yolov8.yaml -> yolov8n.yaml, yolo26 -> yolo26n."""
-    return re.sub(r"^(yolov?\d+)(?![\dnslmxtcbe])", r"\1n", stem) + ".yaml"  # yolov10n.yaml is scaled already
+    return re.sub(r"^(yolov?\d+)(?![\dnslmxtcbe-])", r"\1n", stem) + ".yaml"  # yolov10n.yaml is scaled already
 
 
 def cpu_flags() -> str:
