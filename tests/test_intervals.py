@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import yaml
 
 from qgate.evaluator import coco_map
 from qgate.intervals import (FAIL, INCONCLUSIVE, PASS, ImageMatches, PairedScorer, difference, paired_drop,
@@ -121,3 +122,24 @@ def test_ratio_interval_of_pairs():
     assert steady.high - steady.low < 0.05
     noisy = ratio_interval([200.0, 150.0, 250.0, 180.0], [100.0, 100.0, 100.0, 100.0], 0.95)
     assert noisy.high - noisy.low > 10 * (steady.high - steady.low)
+
+
+@pytest.mark.slow
+def test_every_weight_one_is_pycocotools_on_the_demo(demo_checkout):
+    """The demo pipeline's own FP32 and INT8 detections, against its ground truth."""
+    import json
+
+    import cv2
+
+    from qgate.dataset import coco_ground_truth, load_dataset, split_images
+
+    params = yaml.safe_load((demo_checkout / "params.yaml").read_text())
+    dataset = load_dataset(demo_checkout / params["model"]["dataset"])
+    images = split_images(dataset, params["baseline"]["split"])
+    shapes = [cv2.imread(str(path)).shape[:2] for path in images]
+    ground_truth = coco_ground_truth(images, shapes, dataset.names)
+    for name in ("baseline_detections.json", "int8_detections.json"):
+        detections = json.loads((demo_checkout / "artifacts" / name).read_text())
+        expected = coco_map(ground_truth, detections)[:2]
+        measured = ImageMatches(ground_truth, detections).map(np.ones((1, len(images)), dtype=np.int64))
+        assert (measured[0][0], measured[1][0]) == expected, name

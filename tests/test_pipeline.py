@@ -75,8 +75,8 @@ def test_changing_a_benchmark_param_stales_only_benchmark(demo_checkout):
 
 
 def test_a_tightened_gate_fails_make_gate_and_reruns_no_stage(demo_checkout):
-    """`gates.max_map50_95_drop: 0.0` fails, restoring passes, no stage is stale."""
-    with _edited_params(demo_checkout, "  max_map50_95_drop: 0.01 ", "  max_map50_95_drop: 0.0 "):
+    """`gates.max_map50_95_drop: -0.05` fails (the whole interval is above it), restoring passes, no stage is stale."""
+    with _edited_params(demo_checkout, "  max_map50_95_drop: 0.01 ", "  max_map50_95_drop: -0.05 "):
         status = _dvc(demo_checkout, "status", "--json")
         tightened = _make(demo_checkout, "gate")
     assert json.loads(status.stdout or "{}") == {}, status.stdout
