@@ -125,9 +125,11 @@ def test_ratio_interval_of_pairs():
 
 
 @pytest.mark.slow
-def test_every_weight_one_is_pycocotools_on_the_demo(demo_checkout):
+def test_every_weight_one_is_pycocotools_on_the_demo(demo_checkout, monkeypatch):
     """The demo pipeline's own FP32 and INT8 detections, against its ground truth."""
     import json
+
+    monkeypatch.chdir(demo_checkout)  # the demo yaml's `path` is relative to the project root
 
     import cv2
 
