@@ -30,7 +30,7 @@ from benchmarks.autofix import outputs_under  # noqa: E402
 from benchmarks.families import cpu_flags  # noqa: E402
 from benchmarks.peers import benchmark_case  # noqa: E402
 from qgate.evaluator import coco_map  # noqa: E402
-from qgate.intervals import ImageMatches, interval, resample_indices  # noqa: E402
+from qgate.intervals import ImageMatches, interval, resample_indices, resample_weights  # noqa: E402
 from qgate.io import read_json  # noqa: E402
 from qgate.pipeline import evaluate_ir, export_record, int8_ir  # noqa: E402
 from stages import baseline, int8_eval, quantize  # noqa: E402
@@ -65,7 +65,7 @@ def main() -> None:
         ground_truth, fp32, int8 = result.ground_truth, read_json(params.baseline.detections), result.detections
         images = len(ground_truth["images"])
         picks = resample_indices(images, SAMPLES, params.int8_eval.seed)
-        weights = np.stack([np.bincount(row, minlength=images) for row in picks])
+        weights = resample_weights(images, SAMPLES, params.int8_eval.seed)  # the counts of those same picks
 
         start = time.perf_counter()
         fp32_matches, int8_matches = ImageMatches(ground_truth, fp32), ImageMatches(ground_truth, int8)

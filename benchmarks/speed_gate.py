@@ -33,7 +33,7 @@ from qgate.params import Params, load_params  # noqa: E402
 from stages import benchmark  # noqa: E402
 
 
-def run_stage(params: Params, work: Path, run: int, limit: float | None, confidence: float | None) -> dict:
+def run_stage(params: Params, work: Path, run: str, limit: float | None, confidence: float | None) -> dict:
     """One benchmark stage run with its outputs under `work` and the gate settings it adapts to."""
     cfg = dataclasses.replace(params.benchmark, report_dir=str(work / f"reports_{run}"),
                               metrics=str(work / f"benchmark_{run}.json"))
@@ -58,13 +58,13 @@ def main() -> None:
         base.benchmark, seconds=args.seconds, max_seconds=args.max_seconds, bf16=False))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        fixed = [run_stage(params, work, r, None, None) for r in range(args.runs)]
+        fixed = [run_stage(params, work, f"point_{r}", None, None) for r in range(args.runs)]
         median = statistics.median(m["speedup_fps"] for m in fixed)
         table = []
         for name, factor in (("(a) 0.9 M", 0.9), ("(b) 1.0 M", 1.0)):
             limit = round(factor * median, 3)
             old = collections.Counter(PASS if m["speedup_fps"] >= limit else FAIL for m in fixed)
-            runs = [run_stage(params, work, 100 * (factor == 1.0) + 50 + r, limit, 0.95) for r in range(args.runs)]
+            runs = [run_stage(params, work, f"{factor}_{r}", limit, 0.95) for r in range(args.runs)]
             new = collections.Counter(new_verdict(m, limit) for m in runs)
             pairs = [m["pairs"] for m in runs]
             table.append((name, limit, old, new, min(pairs), max(pairs)))

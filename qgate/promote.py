@@ -74,7 +74,7 @@ def _require_clean(repo: Path) -> None:
     if dirty:
         raise QgateError(f"{repo}: the work tree is not clean ({len(dirty)} changed, e.g. '{dirty[0][3:]}'); commit "
                          "or stash: a version must name a commit that holds exactly the judged metrics")
-    done = subprocess.run([str(Path(sys.executable).parent / "dvc"), "status", "--json"], cwd=repo,
+    done = subprocess.run([registry.tool("dvc"), "status", "--json"], cwd=repo,
                           capture_output=True, text=True)
     try:
         stale = json.loads(done.stdout or "null") if done.returncode == 0 else None

@@ -44,11 +44,15 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout
 
 
+def tool(name: str) -> str:
+    """The command-line tool installed beside this Python (the project's .venv), else the one on PATH."""
+    executable = Path(sys.executable).parent / name
+    return str(executable) if executable.exists() else (shutil.which(name) or name)
+
+
 def gto(repo: Path, *args: str) -> str:
     """A gto command (the one installed beside this Python); its error as a one-line QgateError."""
-    executable = Path(sys.executable).parent / "gto"
-    command = [str(executable) if executable.exists() else (shutil.which("gto") or "gto"), *args]
-    done = subprocess.run(command, cwd=repo, capture_output=True, text=True)
+    done = subprocess.run([tool("gto"), *args], cwd=repo, capture_output=True, text=True)
     if done.returncode:
         lines = [line.strip("❌ ").strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         raise QgateError(f"{repo}: gto {args[0]} failed: {lines[-1] if lines else f'exit {done.returncode}'}")
