@@ -32,7 +32,8 @@ import openvino as ov  # noqa: E402
 
 from benchmarks.peers import benchmark_case, median_fps  # noqa: E402
 from qgate.dataset import load_dataset, split_images  # noqa: E402
-from qgate.evaluator import compile_model, evaluate, image_tensor  # noqa: E402
+from qgate.evaluator import evaluate, image_tensor  # noqa: E402
+from qgate.runtime import compile_model  # noqa: E402
 from qgate.io import read_json  # noqa: E402
 from qgate.params import IgnoredScopeParams, Params, SubgraphParams  # noqa: E402
 from qgate.pipeline import fixed_ir, fp32_ir, int8_ir  # noqa: E402

@@ -30,7 +30,8 @@ offline.configure()
 import openvino as ov  # noqa: E402
 
 from qgate.dataset import load_dataset, split_images, ultralytics_yaml  # noqa: E402
-from qgate.evaluator import compile_model, evaluate  # noqa: E402
+from qgate.evaluator import evaluate  # noqa: E402
+from qgate.runtime import compile_model  # noqa: E402
 from qgate.params import load_params  # noqa: E402
 from qgate.pipeline import fp32_ir  # noqa: E402
 

@@ -34,7 +34,8 @@ offline.configure()
 import openvino as ov  # noqa: E402
 
 from qgate.dataset import load_dataset, split_images, ultralytics_yaml  # noqa: E402
-from qgate.evaluator import compile_model, evaluate, image_tensor  # noqa: E402
+from qgate.evaluator import evaluate, image_tensor  # noqa: E402
+from qgate.runtime import compile_model  # noqa: E402
 from qgate.params import Params, load_params  # noqa: E402
 from qgate.pipeline import fp32_ir  # noqa: E402
 from stages import quantize  # noqa: E402

@@ -85,7 +85,7 @@ def emulated_scores(params, fp32, int8, groups, images) -> np.ndarray:
 
 
 def compiled_scores(params, fp32, int8, groups, images, error=None) -> dict:
-    return sensitivity.score_groups(params, ov.Core(), fp32, int8, groups, images, HEAD, error)
+    return sensitivity.score_groups(params, fp32, int8, groups, images, HEAD, error)
 
 
 def squared_error(out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:

@@ -1,12 +1,15 @@
-"""OpenVINO IR + image list -> detections (Ultralytics-identical pre/post-processing) -> pycocotools mAP."""
+"""OpenVINO IR + image list -> detections (Ultralytics-identical pre/post-processing) -> pycocotools mAP.
+
+Prediction is a job (`qgate.compute`): shards of images in, detections out, run by whichever executor.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,11 +18,11 @@ import numpy as np
 import openvino as ov
 from tqdm import tqdm
 
+from qgate.compute import Job, LocalExecutor
 from qgate.dataset import coco_ground_truth
 from qgate.errors import QgateError
 from qgate.heads import Postprocess, RawHead
-
-log = logging.getLogger(__name__)
+from qgate.runtime import PortableModel, compile_model, infer_pipelined, measured_precision
 
 PAD_VALUE = 114
 
@@ -36,6 +39,7 @@ class Evaluation:
     per_class: list[dict] = field(default_factory=list)
     detections: list[dict] = field(default_factory=list)
     ground_truth: dict = field(default_factory=dict)
+    precision: str = ""  # the precision the workers ran (comma-separated if they differed)
 
     @property
     def images_per_second(self) -> float:
@@ -43,45 +47,28 @@ class Evaluation:
         return self.images / self.seconds if self.seconds else 0.0
 
 
-def compile_model(model: str | Path | ov.Model, precision: str, hint: str = "THROUGHPUT",
-                  device: str = "CPU") -> ov.CompiledModel:
-    """Compile for letterboxed uint8 BGR HWC input, with an explicit inference precision.
+def load_image(source: Path | EncodedImage, imgsz: int) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
+    """Decode BGR and resize the long side to imgsz like Ultralytics' dataset; return (image, hw0, hw).
 
-    The u8 -> float, BGR -> RGB, HWC -> CHW and /255 steps run inside the graph: in NumPy they cost as
-    much as reading the JPEG. The precision is explicit because OpenVINO picks BF16 on CPUs that have it.
+    Decoded from the file's bytes, as Ultralytics' `imread` does, so a path and its bytes give the same pixels.
     """
-    core = ov.Core()
-    model = core.read_model(str(model)) if isinstance(model, (str, Path)) else model.clone()
-    ppp = ov.preprocess.PrePostProcessor(model)
-    ppp.input().tensor().set_element_type(ov.Type.u8).set_layout(ov.Layout("NHWC")).set_color_format(
-        ov.preprocess.ColorFormat.BGR)
-    ppp.input().model().set_layout(ov.Layout("NCHW"))
-    ppp.input().preprocess().convert_element_type(ov.Type.f32).convert_color(
-        ov.preprocess.ColorFormat.RGB).scale(255.0)
-    config = {"PERFORMANCE_HINT": hint, "INFERENCE_PRECISION_HINT": precision}
-    compiled = core.compile_model(ppp.build(), device, config)
-    if measured_precision(compiled) != precision:
-        log.warning("%s cannot run %s on this CPU; it runs %s: reports show the precision measured",
-                    device, precision, measured_precision(compiled))
-    return compiled
-
-
-def measured_precision(compiled: ov.CompiledModel) -> str:
-    """The precision the plugin actually runs float layers in (a request it cannot honour falls back)."""
-    return compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
-
-
-def load_image(path: Path, imgsz: int) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
-    """Read BGR and resize the long side to imgsz like Ultralytics' dataset; return (image, hw0, hw)."""
-    image = cv2.imread(str(path))
+    name, data = (source.name, source.data) if isinstance(source, EncodedImage) else (source, _read_bytes(source))
+    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR) if data else None
     if image is None:
-        raise QgateError(f"{path}: unreadable image; replace it or remove it from the split")
+        raise QgateError(f"{name}: unreadable image; replace it or remove it from the split")
     h0, w0 = image.shape[:2]
     ratio = imgsz / max(h0, w0)
     if ratio != 1:
         size = (min(math.ceil(w0 * ratio), imgsz), min(math.ceil(h0 * ratio), imgsz))
         image = cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
     return image, (h0, w0), image.shape[:2]
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise QgateError(f"{path}: cannot read the image ({exc.strerror}); fix it or remove it from the split") from None
 
 
 def letterbox(image: np.ndarray, imgsz: int) -> tuple[np.ndarray, tuple[int, int]]:
@@ -102,9 +89,9 @@ def to_tensor(image: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(image[:, :, ::-1].transpose(2, 0, 1)[None].astype(np.float32) / 255.0)
 
 
-def image_tensor(path: Path, imgsz: int) -> np.ndarray:
+def image_tensor(source: Path | EncodedImage, imgsz: int) -> np.ndarray:
     """Read, resize and letterbox one image into the float tensor the plain IR takes (calibration, capture)."""
-    return to_tensor(letterbox(load_image(path, imgsz)[0], imgsz)[0])
+    return to_tensor(letterbox(load_image(source, imgsz)[0], imgsz)[0])
 
 
 def scale_to_original(rows: np.ndarray, hw0: tuple[int, int], hw: tuple[int, int], pad: tuple[int, int]) -> np.ndarray:
@@ -124,71 +111,119 @@ def to_coco(rows: np.ndarray, image_id: int) -> list[dict]:
              "score": round(float(s), 5)} for x1, y1, x2, y2, s, c in rows]
 
 
-def predict(compiled: ov.CompiledModel, images: list[Path], imgsz: int, settings: Postprocess,
-            head=RawHead()) -> tuple[list[list[dict]], list[tuple[int, int]]]:
-    """Run every image through the compiled model; return per-image COCO detections and original (h, w).
+@dataclass(frozen=True)
+class EncodedImage:
+    """An image file's name and bytes: what a remote worker decodes, with no shared file system."""
 
-    `head` (`qgate.heads`) turns the model's output into detections.
+    name: str
+    data: bytes
+
+
+def portable_images(images: list[Path], remote: bool) -> Iterator[Path | EncodedImage]:
+    """The images as paths (read where they are used) or, for remote workers, as their bytes, read lazily."""
+    for path in images:
+        yield EncodedImage(str(path), _read_bytes(path)) if remote else path
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """What a worker compiles and how it turns images into detections (the payload of a prediction job)."""
+
+    model: PortableModel | ov.CompiledModel
+    precision: str
+    imgsz: int
+    settings: Postprocess
+    head: object
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Consecutive val images; `start` is the first one's index (its COCO image id)."""
+
+    start: int
+    images: list
+
+
+def predict(executor, predictor: Predictor, images: list[Path],
+            shard_images: int) -> tuple[list[list[dict]], list[tuple[int, int]], list[str]]:
+    """Per-image COCO detections (image id = index), original (h, w) and the precision each worker ran.
+
+    Remote executors get shards of `shard_images` image bytes; results come back in image order, so the
+    merged detections are the local ones.
     """
-    detections: list[list[dict]] = [[] for _ in images]
-    shapes: list[tuple[int, int]] = [(0, 0)] * len(images)
+    detections: list[list[dict]] = []
+    shapes: list[tuple[int, int]] = []
+    with tqdm(total=len(images), desc="evaluate", unit="img", leave=False, disable=None) as bar:
+        for results in executor.run(prediction_job(predictor), shards(images, executor.remote, shard_images)):
+            for image_detections, hw0 in results:
+                detections.append(image_detections)
+                shapes.append(hw0)
+            bar.update(len(results))
+    return detections, shapes, list(executor.infos)
+
+
+def prediction_job(predictor: Predictor) -> Job:
+    """Each worker compiles the predictor's model once; each shard of images comes back as its detections."""
+    return Job(setup=_compile_predictor, work=_predict_shard, payload=predictor)
+
+
+def shards(images: list[Path], remote: bool, size: int) -> Iterator[Shard]:
+    """The val images in order: one shard of paths locally, shards of `size` images' bytes for remote workers."""
+    if not remote:  # one shard: the plugin's requests stay busy across the whole split
+        yield Shard(0, images)
+        return
+    sources = portable_images(images, remote)
+    for start in range(0, len(images), size):
+        yield Shard(start, [next(sources) for _ in range(min(size, len(images) - start))])
+
+
+def _compile_predictor(predictor: Predictor, threads: int | None) -> tuple[tuple, str]:
+    compiled = predictor.model
+    if not isinstance(compiled, ov.CompiledModel):
+        compiled = compile_model(predictor.model.load(), predictor.precision, threads=threads)
+    return (compiled, predictor), measured_precision(compiled)
+
+
+def _predict_shard(state: tuple, shard: Shard) -> list[tuple[list[dict], tuple[int, int]]]:
+    """Detections and original (h, w) of every image of the shard, in order."""
+    compiled, predictor = state
+    imgsz = predictor.imgsz
+    results: list = [None] * len(shard.images)
     takes_uint8 = compiled.input(0).get_element_type() == ov.Type.u8  # compile_model's in-graph preprocessing
 
     def prepare(index: int) -> tuple[dict, tuple]:
-        image, hw0, hw = load_image(images[index], imgsz)
+        image, hw0, hw = load_image(shard.images[index], imgsz)
         padded, pad = letterbox(image, imgsz)
-        shapes[index] = hw0
         return {0: padded[None] if takes_uint8 else to_tensor(padded)}, (index, hw0, hw, pad)
 
     def consume(output: np.ndarray, context: tuple) -> None:
         index, hw0, hw, pad = context
-        rows = head.detections(output[0], settings)
-        detections[index] = to_coco(scale_to_original(rows, hw0, hw, pad), index)
+        rows = predictor.head.detections(output[0], predictor.settings)
+        results[index] = (to_coco(scale_to_original(rows, hw0, hw, pad), shard.start + index), hw0)
 
-    indices = tqdm(range(len(images)), desc="evaluate", unit="img", leave=False, disable=None)
-    infer_pipelined(compiled, indices, prepare, consume)
-    return detections, shapes
+    infer_pipelined(compiled, range(len(shard.images)), prepare, consume)
+    return results
 
 
-def infer_pipelined(compiled: ov.CompiledModel, items, prepare, consume) -> None:
-    """Infer every item asynchronously on the plugin's optimal number of requests, in order.
+def evaluate(model: str | Path | ov.Model | ov.CompiledModel, images: list[Path], names: tuple[str, ...], imgsz: int,
+             settings: Postprocess = Postprocess(), head=RawHead(), precision: str = "f32", executor=None,
+             shard_images: int = 16) -> Evaluation:
+    """Predict on `images` (locally unless `executor` says otherwise) and score against their YOLO labels.
 
-    `prepare(item)` -> (inputs, context) runs while earlier requests infer; `consume(output, context)` gets each
-    request's first output (valid only during the call) once it is done. No Python callback runs on
-    OpenVINO's threads: with AsyncInferQueue callbacks, destroying the compiled model could deadlock (its
-    stream threads waited for the GIL the main thread held while joining them; seen in the family tests).
+    A compiled model runs as it is (local only); a path or ov.Model is compiled at `precision` by each worker.
     """
-    requests = [compiled.create_infer_request()
-                for _ in range(max(2, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))]
-    contexts: list = [None] * len(requests)
-    started = 0
-    for item in items:
-        slot = started % len(requests)
-        if contexts[slot] is not None:
-            requests[slot].wait()
-            consume(requests[slot].get_output_tensor(0).data, contexts[slot])
-        inputs, contexts[slot] = prepare(item)
-        requests[slot].start_async(inputs)
-        started += 1
-    for offset in range(len(requests)):  # the rest, oldest first
-        slot = (started + offset) % len(requests)
-        if contexts[slot] is not None:
-            requests[slot].wait()
-            consume(requests[slot].get_output_tensor(0).data, contexts[slot])
-
-
-def evaluate(compiled: ov.CompiledModel, images: list[Path], names: tuple[str, ...], imgsz: int,
-             settings: Postprocess = Postprocess(), head=RawHead()) -> Evaluation:
-    """Predict on `images` and score against their YOLO labels with pycocotools COCOeval."""
+    executor = executor or LocalExecutor()
+    source = model if isinstance(model, ov.CompiledModel) else PortableModel(model)
     start = time.perf_counter()
-    per_image, shapes = predict(compiled, images, imgsz, settings, head)
+    per_image, shapes, precisions = predict(executor, Predictor(source, precision, imgsz, settings, head), images,
+                                            shard_images)
     seconds = time.perf_counter() - start
     ground_truth = coco_ground_truth(images, shapes, names)
     detections = [d for image_detections in per_image for d in image_detections]
     map50_95, map50, per_class = coco_map(ground_truth, detections)
     return Evaluation(map50_95=map50_95, map50=map50, images=len(images),
                       instances=len(ground_truth["annotations"]), seconds=seconds, per_class=per_class,
-                      detections=detections, ground_truth=ground_truth)
+                      detections=detections, ground_truth=ground_truth, precision=",".join(sorted(set(precisions))))
 
 
 def coco_map(ground_truth: dict, detections: list[dict]) -> tuple[float, float, list[dict]]:

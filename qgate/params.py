@@ -17,6 +17,7 @@ from qgate.io import read_yaml
 DEFAULT_PARAMS = Path("params.yaml")
 INFERENCE_PRECISIONS = ("f32", "bf16", "f16")
 REGISTRY_NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9-/_]*[a-zA-Z0-9])?")  # gto.constants' artifact/stage rule
+RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5}")  # a Ray client or GCS address: host:port
 MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
 
 
@@ -218,6 +219,18 @@ class PromoteParams:
 
 
 @dataclass(frozen=True)
+class ComputeParams:
+    """`compute:` where evaluations run: in this process (local) or on Ray actors (a private instance or a cluster)."""
+
+    backend: str
+    address: str | None
+    workers: int | None
+    cpus_per_worker: int
+    shard_images: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
 class Params:
     """All sections of params.yaml."""
 
@@ -233,6 +246,7 @@ class Params:
     autofix: AutofixParams
     gates: GatesParams
     promote: PromoteParams
+    compute: ComputeParams
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
@@ -322,6 +336,7 @@ def _check_values(params: Params, path: Path) -> None:
                          f"got {params.benchmark.seconds}, {params.benchmark.repeats}, {params.benchmark.batch}")
     _check_statistics(params, path)
     _check_promote(params, path)
+    _check_compute(params.compute, path)
 
 
 def _check_promote(params: Params, path: Path) -> None:
@@ -332,6 +347,21 @@ def _check_promote(params: Params, path: Path) -> None:
                              "ending with a letter or digit (GTO's rule for artifact and stage names)")
     for key in ("bump", "bump_new_model"):
         _one_of(path, f"promote.{key}", getattr(params.promote, key), ("patch", "minor", "major"))
+
+
+def _check_compute(compute: ComputeParams, path: Path) -> None:
+    """A known backend, a Ray address Ray can join, and positive sizes."""
+    _one_of(path, "compute.backend", compute.backend, ("local", "ray"))
+    if compute.address is not None and compute.address != "auto" and not RAY_ADDRESS.fullmatch(compute.address):
+        raise QgateError(f"{path}: 'compute.address' is {compute.address!r}; use null (a private Ray instance for "
+                         "this run), auto (the cluster this machine joined) or ray://host:port / host:port")
+    for key in ("workers", "cpus_per_worker", "shard_images"):
+        value = getattr(compute, key)
+        if value is not None and value < 1:
+            raise QgateError(f"{path}: 'compute.{key}' is {value}; use an integer >= 1"
+                             + (" or null (one per CPU the cluster reports)" if key == "workers" else ""))
+    if compute.timeout_s <= 0:
+        raise QgateError(f"{path}: 'compute.timeout_s' is {compute.timeout_s}; use seconds > 0, e.g. 300")
 
 
 def _check_statistics(params: Params, path: Path) -> None:

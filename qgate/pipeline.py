@@ -8,7 +8,7 @@ from pathlib import Path
 
 from qgate.dataset import Dataset, load_dataset, split_images, validate_labels
 from qgate.errors import QgateError
-from qgate.evaluator import Evaluation, compile_model, evaluate, measured_precision
+from qgate.evaluator import Evaluation, evaluate
 from qgate.heads import Postprocess, head_for
 from qgate.io import read_json, sha256_file
 from qgate.params import Params
@@ -95,13 +95,19 @@ def val_images(params: Params, record: dict) -> tuple[list[Path], tuple[str, ...
     return images, dataset.names
 
 
-def evaluate_ir(params: Params, model: Path | object, record: dict) -> tuple[Evaluation, str]:
-    """Evaluate an IR path or ov.Model on the baseline's split with its settings; return it and the precision run."""
+def evaluate_ir(params: Params, model: Path | object, record: dict, executor,
+                val: tuple[list[Path], tuple[str, ...]] | None = None) -> tuple[Evaluation, str]:
+    """Evaluate an IR path or ov.Model on the baseline's split with its settings; return it and the precision run.
+
+    `executor` (`qgate.compute.open_executor`) runs the prediction; `val` (from `val_images`) spares a caller
+    that evaluates many models re-reading and re-validating the dataset each time.
+    """
     cfg = params.baseline
-    images, names = val_images(params, record)
-    compiled = compile_model(model, cfg.inference_precision)
-    log.info("evaluating %s on %d %s images at %s", model if isinstance(model, Path) else "model", len(images),
-             cfg.split, measured_precision(compiled))
-    result = evaluate(compiled, images, names, params.model.imgsz,
-                      Postprocess(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det), head_for(record))
-    return result, measured_precision(compiled)
+    images, names = val or val_images(params, record)
+    log.info("evaluating %s on %d %s images (%s backend)", model if isinstance(model, Path) else "model",
+             len(images), cfg.split, params.compute.backend)
+    result = evaluate(model, images, names, params.model.imgsz, Postprocess(conf=cfg.conf, iou=cfg.iou,
+                      max_det=cfg.max_det), head_for(record), cfg.inference_precision, executor,
+                      params.compute.shard_images)
+    log.info("evaluated at %s: %.1f images/s", result.precision, result.images_per_second)
+    return result, result.precision

@@ -12,13 +12,14 @@ import openvino as ov
 import yaml
 
 from qgate.cli import run_stage
+from qgate.compute import open_executor
 from qgate.errors import QgateError
 from qgate.intervals import PairedScorer, accepted, difference, verdict
 from qgate.io import atomic_dir, read_json, sha256_file, write_csv, write_json, write_text
 from qgate.mixed import ignored_names, quantizer_groups, revert
 from qgate.params import Params
 from qgate.pipeline import (INT8_IR_NAME, evaluate_ir, export_record, fp32_ir, int8_ir_sha256, require_int8_ir,
-                            require_output)
+                            require_output, val_images)
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,9 @@ def main(params: Params) -> dict:
         groups = quantizer_groups(int8)
         detections = (read_json(require_output(params.baseline.detections, "baseline")),
                       read_json(require_output(params.int8_eval.detections, "int8_eval")))
-        search = Search(params, record, fp32, int8, groups, order, int8_metrics, detections)
-        chosen, best = search.run()
+        with open_executor(params.compute) as executor:
+            search = Search(params, record, fp32, int8, groups, order, int8_metrics, detections, executor)
+            chosen, best = search.run()
         steps, names = search.steps, ignored_names(groups, set(chosen))
         revert_and_save(int8, fp32, groups, set(chosen), Path(cfg.out_dir))
     write_csv(cfg.steps, steps, STEP_COLUMNS)
@@ -111,9 +113,10 @@ class Search:
     """
 
     def __init__(self, params: Params, record: dict, fp32, int8, groups, order: list[int], int8_metrics: dict,
-                 detections: tuple[list[dict], list[dict]]):
+                 detections: tuple[list[dict], list[dict]], executor):
         self.params, self.fp32, self.int8, self.groups, self.order = params, fp32, int8, groups, order
-        self.record, self.detections = record, detections
+        self.record, self.detections, self.executor = record, detections, executor
+        self.val = val_images(params, record)  # read and validated once, not per evaluation
         self.start = {key: int8_metrics[key] for key in ("map50_95", "map50", "map50_95_drop")} | {
             "drop_ci_low": int8_metrics["map50_95_drop_ci_low"], "drop_ci_high": int8_metrics["map50_95_drop_ci_high"],
             "within_target": 0}
@@ -186,7 +189,8 @@ class Search:
     def evaluate(self, selected: list[int], tried: str) -> dict:
         """Real mAP of the INT8 model with `selected` groups in float (compiled as a true mixed-precision model)."""
         chosen, p = set(selected), self.params
-        result, _ = evaluate_ir(p, revert(self.int8, self.fp32, self.groups, chosen), self.record)
+        result, _ = evaluate_ir(p, revert(self.int8, self.fp32, self.groups, chosen), self.record, self.executor,
+                                self.val)
         if self.scorer is None:
             self.scorer = PairedScorer(result.ground_truth, p.int8_eval.bootstrap_samples, p.int8_eval.seed)
             self.fp32_scores = self.scorer.scores(self.detections[0])[0]

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from qgate.cli import run_stage
+from qgate.compute import open_executor
 from qgate.io import write_json
 from qgate.params import Params
 from qgate.pipeline import evaluate_ir, export_record, fp32_ir
@@ -20,7 +21,8 @@ def main(params: Params) -> dict:
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
     log.info("[1/1] baseline")
-    result, precision = evaluate_ir(params, fp32_ir(params), record)
+    with open_executor(params.compute) as executor:
+        result, precision = evaluate_ir(params, fp32_ir(params), record, executor)
     metrics = {
         "map50_95": round(result.map50_95, 5),
         "map50": round(result.map50, 5),

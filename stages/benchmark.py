@@ -18,6 +18,7 @@ from qgate.intervals import Interval, ratio_interval
 from qgate.io import read_json, write_json
 from qgate.params import BenchmarkParams, Params
 from qgate.pipeline import export_record, fixed_ir, fp32_ir, int8_ir, int8_ir_sha256, require_int8_ir
+from qgate.runtime import compile_model, measured_precision
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +162,7 @@ def _summarize(results: dict, runs: dict, cfg: BenchmarkParams, record: dict, pa
 
 def _measured(run: tuple[Path, str], device: str) -> str:
     ir, precision = run
-    compiled = ov.Core().compile_model(str(ir), device, {"INFERENCE_PRECISION_HINT": precision})
-    return compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+    return measured_precision(compile_model(ir, precision, hint="LATENCY", uint8_input=False, device=device))
 
 
 if __name__ == "__main__":

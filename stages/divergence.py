@@ -15,6 +15,7 @@ from qgate.dataset import split_images
 from qgate.divergence import (SQNR_CAP_DB, LayerStats, activation_quantizers, instrument, match_layers, producers,
                               sqnr_db)
 from qgate.evaluator import image_tensor
+from qgate.runtime import compile_model
 from qgate.io import write_csv, write_json, write_text
 from qgate.params import Params
 from qgate.pipeline import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
@@ -41,7 +42,7 @@ def main(params: Params) -> dict:
     keys = match_layers(fp32, int8, str(fp32_ir(params)), str(int8_path))
     images = choose_images(params, record)
     log.info("[1/2] divergence: %d layers, %d images", len(keys), len(images))
-    stats, quantizers, output_stats, instrumentation = _capture(params, core, fp32, int8, keys, images)
+    stats, quantizers, output_stats, instrumentation = _capture(params, fp32, int8, keys, images)
     log.info("[2/2] divergence: ranking layers")
     rows = layer_rows(fp32, int8, keys, stats, quantizers, cfg.concat_range_ratio)
     first = first_divergent(rows, cfg.local_drop_db)
@@ -84,12 +85,11 @@ def choose_images(params: Params, record: dict) -> list[Path]:
     return chosen + [rest[i] for i in sorted(order)]
 
 
-def _capture(params: Params, core: ov.Core, fp32: ov.Model, int8: ov.Model, keys: list, images: list[Path]):
-    config = {"INFERENCE_PRECISION_HINT": params.baseline.inference_precision}
+def _capture(params: Params, fp32: ov.Model, int8: ov.Model, keys: list, images: list[Path]):
+    precision = params.baseline.inference_precision
     n_outputs = len(fp32.get_results())
-    fp32_c = core.compile_model(instrument(fp32, keys), "CPU", config)
-    int8_c = core.compile_model(instrument(int8, keys), "CPU", config)
-    plain_c = core.compile_model(int8, "CPU", config)
+    fp32_c, int8_c, plain_c = (compile_model(m, precision, hint="LATENCY", uint8_input=False)
+                               for m in (instrument(fp32, keys), instrument(int8, keys), int8))
     stats = {key: LayerStats() for key in keys}
     position = {key: n_outputs + i for i, key in enumerate(keys)}
     quantizers = activation_quantizers(int8)

@@ -6,10 +6,11 @@ import logging
 import time
 from pathlib import Path
 
-from qgate.intervals import PairedDrop, paired_drop
 from qgate.cli import run_stage
 from qgate.compare import BAD_CASE_COLUMNS, bad_cases
+from qgate.compute import open_executor
 from qgate.errors import QgateError
+from qgate.intervals import PairedDrop, paired_drop
 from qgate.io import read_json, write_csv, write_json
 from qgate.params import Params
 from qgate.pipeline import evaluate_ir, export_record, int8_ir_sha256, require_int8_ir
@@ -26,7 +27,8 @@ def main(params: Params) -> dict:
     baseline, baseline_detections = _baseline(params, record)
     ir_path = require_int8_ir(params)
     log.info("[1/3] int8_eval: evaluating the INT8 IR")
-    result, precision = evaluate_ir(params, ir_path, record)
+    with open_executor(params.compute) as executor:
+        result, precision = evaluate_ir(params, ir_path, record, executor)
     log.info("[2/3] int8_eval: %d paired bootstrap resamples of the %d images", cfg.bootstrap_samples, result.images)
     start = time.perf_counter()
     paired = paired_drop(result.ground_truth, baseline_detections, result.detections, cfg.bootstrap_samples,

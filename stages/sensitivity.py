@@ -5,29 +5,25 @@ from __future__ import annotations
 import csv
 import logging
 import time
-from collections import deque
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import openvino as ov
 
+from qgate import group_scores
 from qgate.cli import run_stage
-from qgate.compare import match
+from qgate.compute import open_executor
 from qgate.dataset import split_images
-from qgate.evaluator import image_tensor, infer_pipelined, to_coco
 from qgate.heads import Postprocess, head_for
 from qgate.intervals import resample_indices
 from qgate.io import write_csv, write_json, write_text
-from qgate.mixed import Group, quantizer_groups, revert
+from qgate.mixed import Group, quantizer_groups
 from qgate.params import Params
 from qgate.pipeline import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
 from qgate.plots import sensitivity_figure, svg_text
 
 log = logging.getLogger(__name__)
 
-COMPILE_AHEAD = 2  # groups compiled in parallel ahead of the one inferring
 RESAMPLES = 1000  # bootstrap resamples of the ranking images behind `error_removed_low`
 
 COLUMNS = ["rank", "group", "quantizer", "ops", "first_op", "error_removed", "error_removed_low",
@@ -48,7 +44,8 @@ def main(params: Params) -> dict:
     start = time.perf_counter()
     log.info("[1/2] sensitivity: %d quantizer groups, each compiled in float alone, on %d val images",
              len(groups), len(images))
-    scores = score_groups(params, core, fp32, int8, groups, images, head_for(record))
+    with open_executor(params.compute) as executor:
+        scores = score_groups(params, fp32, int8, groups, images, head_for(record), executor=executor)
     rows = (rank(groups, scores, images, clip_shares(params), cfg.rank_quantile) if scores["base"].sum() > 0
             else [])
     log.info("[2/2] sensitivity: writing %s", cfg.csv)
@@ -83,71 +80,14 @@ def ranking_images(params: Params, record: dict) -> list[Path]:
     return [images[i * len(images) // count] for i in range(count)]
 
 
-def score_groups(params: Params, core: ov.Core, fp32: ov.Model, int8: ov.Model, groups: list[Group],
-                 images: list[Path], head, error=None) -> dict:
-    """Detection error against FP32 (on its confident detections) and detection disagreement, per group and image.
-
-    Each group is compiled as a real mixed-precision model: the CPU's int8 kernels add error a float
-    emulation of FakeQuantize does not show (on the demo, on this AVX2 machine: mAP50-95 drop 0.021 real,
-    0.014 emulated), and the groups that fix it are the ones that matter. `head` (`qgate.heads`) reads the
-    output layout; `error` replaces its `detection_error` (benchmarks compare scores).
-    """
-    error = error or head.detection_error
-    config = {"INFERENCE_PRECISION_HINT": params.baseline.inference_precision, "PERFORMANCE_HINT": "THROUGHPUT"}
-    inputs = [image_tensor(path, params.model.imgsz) for path in images]
+def score_groups(params: Params, fp32: ov.Model, int8: ov.Model, groups: list[Group], images: list[Path], head,
+                 error=None, executor=None) -> dict:
+    """`qgate.group_scores.score_groups` with this project's settings (precision, thresholds, image size)."""
     settings = Postprocess(conf=params.int8_eval.bad_case_conf, iou=params.baseline.iou,
                            max_det=params.baseline.max_det)
-    reference = _outputs(core.compile_model(fp32, "CPU", config), inputs)
-    quantized = _outputs(core.compile_model(int8, "CPU", config), inputs)
-    # none on an empty image: it adds no error (every anchor's box there is noise, which drowned the rest)
-    masks = [head.confident(f, params.sensitivity.conf) for f in reference]
-    base = np.array([error(q, f, m) for q, f, m in zip(quantized, reference, masks)])
-    if not base.any():  # FP32 confident nowhere, or INT8 exactly FP32 there: no group can remove anything
-        return {"base": base, "errors": None, "disagreements": None}
-    fp32_dets = [to_coco(head.detections(f, settings), 0) for f in reference]
-    errors, disagreements = [], []
-    for outputs in _each_group_outputs(core, fp32, int8, groups, inputs, config):
-        errors.append([error(o, f, m) for o, f, m in zip(outputs, reference, masks)])
-        disagreements.append([_disagreement(d, to_coco(head.detections(o, settings), 0),
-                                            params.int8_eval.bad_case_iou) for o, d in zip(outputs, fp32_dets)])
-    return {"base": base, "errors": np.array(errors).reshape(len(groups), len(images)),
-            "disagreements": np.array(disagreements).reshape(len(groups), len(images))}
-
-
-def _each_group_outputs(core: ov.Core, fp32: ov.Model, int8: ov.Model, groups: list[Group], inputs: list[np.ndarray],
-                        config: dict) -> Iterator[list[np.ndarray]]:
-    """Per group in order, the outputs of the INT8 model with that group alone in float.
-
-    Two groups compile while one infers: compiling is mostly serial work (0.8 s a group at 192 px, where 16
-    images infer in 0.1 s); inference gets every core, since two models inferring at once on this 2-vCPU
-    machine took 1.4x longer at 640 px (README).
-    """
-    def compiled(group: int) -> ov.CompiledModel:
-        return core.compile_model(revert(int8, fp32, groups, {group}), "CPU", config)
-
-    with ThreadPoolExecutor(COMPILE_AHEAD) as compiler:
-        pending = deque(compiler.submit(compiled, g) for g in range(min(COMPILE_AHEAD, len(groups))))
-        for group in range(len(groups)):
-            model = pending.popleft().result()
-            if group + COMPILE_AHEAD < len(groups):
-                pending.append(compiler.submit(compiled, group + COMPILE_AHEAD))
-            yield _outputs(model, inputs)
-
-
-def _outputs(compiled: ov.CompiledModel, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The head output for every input, inferred asynchronously (the plugin's optimal number of requests)."""
-    outputs: list[np.ndarray] = [np.empty(0)] * len(inputs)
-
-    def keep(output: np.ndarray, index: int) -> None:
-        outputs[index] = output[0].copy()
-
-    infer_pipelined(compiled, range(len(inputs)), lambda index: ({0: inputs[index]}, index), keep)
-    return outputs
-
-
-def _disagreement(reference: list[dict], candidate: list[dict], iou: float) -> float:
-    total = max(len(reference), len(candidate))
-    return 1 - sum(match(reference, candidate, iou)) / total if total else 0.0
+    return group_scores.score_groups(fp32, int8, groups, images, params.model.imgsz,
+                                     params.baseline.inference_precision, settings, params.int8_eval.bad_case_iou,
+                                     params.sensitivity.conf, head, error, executor)
 
 
 def error_removed(scores: dict) -> np.ndarray:

@@ -114,7 +114,7 @@ def test_coco_map_perfect_wrong_and_empty():
 def test_in_graph_preprocessing_matches_numpy(exported_project):
     import openvino as ov
 
-    from qgate.evaluator import compile_model
+    from qgate.runtime import compile_model
 
     ir = exported_project / "models" / "export" / "model_fp32.xml"
     image = np.random.default_rng(0).integers(0, 255, (128, 128, 3), dtype=np.uint8)

@@ -12,6 +12,8 @@ import yaml
 
 from conftest import ROOT
 
+from qgate.params import load_params
+
 WORKFLOW = ROOT / ".github" / "workflows" / "qgate.yml"
 # What GitHub would put into ${{ }} on a pull request to main; any other expression fails the test.
 EXPRESSIONS = {"github.base_ref": "main", "secrets.GITHUB_TOKEN": ""}
@@ -120,3 +122,28 @@ def promote_from_a_bare_origin(clone: Path, tmp_path: Path, env: dict) -> None:
     assert f"refs/tags/{name}@v0.0.1" in remote_tags and f"refs/tags/{name}#staging#1" in remote_tags
     assert f"{name}@v0.0.2" not in remote_tags
     assert "## Registry" in summary.read_text()
+
+
+def test_the_cluster_gate_runs_by_hand_with_the_address_from_a_secret():
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    job = workflow["jobs"]["cluster-gate"]
+    assert "workflow_dispatch" in workflow[True]  # PyYAML reads the `on:` key as True
+    assert job["if"] == "github.event_name == 'workflow_dispatch'" and "permissions" not in job
+    assert job["env"]["QGATE_RAY_ADDRESS"] == "${{ secrets.QGATE_RAY_ADDRESS }}"
+    commands = [step["run"] for step in run_steps(job)]
+    point = next(i for i, c in enumerate(commands) if "QGATE_RAY_ADDRESS" in c)
+    assert "${{" not in commands[point]  # the secret reaches the shell as an env var, never pasted into it
+    assert any("make gate" in c for c in commands[point + 1:])
+
+
+def test_the_cluster_gate_points_compute_at_the_secret_address(tmp_path):
+    step = next(s for s in run_steps(yaml.safe_load(WORKFLOW.read_text())["jobs"]["cluster-gate"])
+                if "QGATE_RAY_ADDRESS" in s["run"])
+    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    for address, status in (("", 2), ("ray://10.0.0.5:10001", 0)):
+        done = subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path, capture_output=True,
+                              text=True, env={**os.environ, "QGATE_RAY_ADDRESS": address}, timeout=60)
+        assert done.returncode == status, done.stderr
+    compute = load_params(tmp_path / "params.yaml").compute
+    assert (compute.backend, compute.address) == ("ray", "ray://10.0.0.5:10001")

@@ -1,0 +1,162 @@
+"""`compute.backend: ray` on a real two-node Ray cluster on 127.0.0.1: the same results as local, and its faults."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from qgate.compute import open_executor
+from qgate.errors import QgateError
+from qgate.evaluator import Predictor, prediction_job, shards
+from qgate.heads import Postprocess, RawHead
+from qgate.params import ComputeParams, load_params
+from qgate.runtime import PortableModel
+from tests.conftest import ROOT, assert_fails_cleanly, copy_project, error_line, stage
+
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+# Ray rewrites 127.0.0.1 in an address to this machine's network IP (where a loopback-only cluster does not
+# listen) unless it is told this is no multi-machine cluster; set before Ray is imported, inherited by the stages.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+TIMING = {"images_per_second", "bootstrap_seconds", "seconds"}  # wall-clock metrics; every other one must match
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A head and one more node, one CPU each, on 127.0.0.1; shut down after the module's tests."""
+    from ray.cluster_utils import Cluster
+
+    node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 200 * 2**20}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    try:
+        cluster.add_node(**node)
+        cluster.wait_for_nodes(timeout=60)
+        yield cluster.address
+    finally:
+        cluster.shutdown()
+
+
+def ray_compute(address: str, **overrides) -> dict:
+    """`compute:` overrides (for copy_project) that run on the cluster at `address`."""
+    settings = {"backend": "ray", "address": address, "shard_images": 2, "timeout_s": 120, **overrides}
+    return {f"compute__{key}": value for key, value in settings.items()}
+
+
+def _run(project: Path, *names: str) -> None:
+    for name in names:
+        result = stage(name, project)
+        assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _metrics(path: Path) -> dict:
+    return {k: v for k, v in json.loads(path.read_text()).items() if k not in TIMING}
+
+
+def test_baseline_and_int8_eval_on_ray_match_local(tmp_path, quantized_project, tiny_weights, ray_cluster):
+    local = copy_project(quantized_project, tmp_path / "local", tiny_weights)
+    remote = copy_project(quantized_project, tmp_path / "ray", tiny_weights, **ray_compute(ray_cluster))
+    _run(local, "baseline", "int8_eval")
+    _run(remote, "baseline", "int8_eval")
+    for name in ("artifacts/baseline_detections.json", "artifacts/int8_detections.json",
+                 "metrics/baseline_per_class.json", "metrics/int8_per_class.json", "reports/bad_cases.csv"):
+        assert (remote / name).read_bytes() == (local / name).read_bytes(), name
+    assert json.loads((local / "artifacts/baseline_detections.json").read_text()), "no detection to compare"
+    for name in ("metrics/baseline.json", "metrics/int8.json"):
+        assert _metrics(remote / name) == _metrics(local / name), name
+
+
+def test_the_local_backend_never_imports_ray(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path / "p", tiny_weights)
+    code = ("import sys; from qgate.params import load_params; from stages import baseline; "
+            "baseline.main(load_params('params.yaml')); print('ray' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=project, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_a_killed_worker_has_its_shards_retried(quantized_project, ray_cluster, caplog):
+    params = load_params(quantized_project / "params.yaml")
+    images = sorted((quantized_project / "data/images/val").glob("*.jpg")) * 10  # enough shards to outlive a kill
+    predictor = Predictor(PortableModel(quantized_project / "models/int8/model_int8.xml"), "f32", params.model.imgsz,
+                          Postprocess(), RawHead())
+    compute = ComputeParams(backend="ray", address=ray_cluster, workers=2, cpus_per_worker=1, shard_images=1,
+                            timeout_s=120)
+    with open_executor(ComputeParams("local", None, None, 1, 1, 60)) as executor:
+        expected = list(executor.run(prediction_job(predictor), shards(images, False, 1)))
+    with caplog.at_level(logging.WARNING, logger="qgate.cluster"), open_executor(compute) as executor:
+        results = executor.run(prediction_job(predictor), shards(images, True, 1))
+        got = [next(results)]
+        os.kill(executor.pids[-1], signal.SIGKILL)  # mid-run: the other shards are queued or running
+        got += list(results)
+        assert len(executor.actors) == 1
+    assert "a worker died" in caplog.text
+    assert [r for shard in got for r in shard] == expected[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_unreachable_cluster_fails_cleanly(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path / "p", tiny_weights,
+                           **ray_compute(f"127.0.0.1:{_free_port()}"))
+    (project / "metrics/baseline.json").unlink()
+    assert_fails_cleanly("baseline", project, ["compute.address", "nothing answers", "compute.address: null"],
+                         "metrics/baseline.json")
+
+
+def test_more_workers_than_the_cluster_has_cpus(tmp_path, quantized_project, tiny_weights, ray_cluster):
+    project = copy_project(quantized_project, tmp_path / "p", tiny_weights, **ray_compute(ray_cluster, workers=3))
+    (project / "metrics/baseline.json").unlink()
+    line = assert_fails_cleanly("baseline", project, ["compute.workers", "has 2"], "metrics/baseline.json")
+    assert "lower them or add nodes" in line
+
+
+@pytest.mark.parametrize("key, value, fragment", [
+    ("backend", "spark", "'compute.backend' is 'spark'"),
+    ("address", "head-node", "'compute.address' is 'head-node'"),
+    ("workers", 0, "'compute.workers' is 0"),
+    ("shard_images", 0, "'compute.shard_images' is 0"),
+    ("timeout_s", 0, "'compute.timeout_s' is 0"),
+])
+def test_bad_compute_params(tmp_path, key, value, fragment):
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["compute"][key] = value
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(QgateError, match=fragment):
+        load_params(tmp_path / "params.yaml")
+
+
+@pytest.mark.slow
+def test_demo_sensitivity_and_evaluations_on_ray_match_local(tmp_path, demo_checkout, ray_cluster):
+    """The trained demo model: baseline, int8_eval and the sensitivity ranking, on the cluster, equal the pipeline's."""
+    params = yaml.safe_load((demo_checkout / "params.yaml").read_text())
+    params["compute"].update(backend="ray", address=ray_cluster, shard_images=8, timeout_s=300)
+    outputs = {"baseline": ("metrics", "per_class", "detections"),
+               "int8_eval": ("metrics", "per_class", "detections", "bad_cases"),
+               "sensitivity": ("metrics", "csv", "plot")}
+    for section, keys in outputs.items():
+        for key in keys:
+            params[section][key] = str(tmp_path / Path(params[section][key]).name)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    local = yaml.safe_load((demo_checkout / "params.yaml").read_text())
+    for name in outputs:
+        result = stage(name, demo_checkout, str(tmp_path / "params.yaml"))
+        assert result.returncode == 0, error_line(result) + result.stderr[-2000:]
+        for key in outputs[name]:
+            got, want = Path(params[name][key]), demo_checkout / local[name][key]
+            if key == "metrics":
+                assert _metrics(got) == _metrics(want), name
+            else:
+                assert got.read_bytes() == want.read_bytes(), f"{name}.{key}"
