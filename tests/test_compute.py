@@ -102,6 +102,30 @@ def test_a_killed_worker_has_its_shards_retried(quantized_project, ray_cluster, 
     assert [r for shard in got for r in shard] == expected[0]
 
 
+def test_a_cluster_whose_workers_are_all_gone_fails_in_one_line(quantized_project):
+    """Every worker node removed mid-run: the replacements never start, and the run ends in one line, in time."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "node_ip_address": "127.0.0.1",
+                                                            "include_dashboard": False})
+    try:
+        worker_node = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+        cluster.wait_for_nodes(timeout=60)
+        params = load_params(quantized_project / "params.yaml")
+        images = sorted((quantized_project / "data/images/val").glob("*.jpg")) * 10
+        predictor = Predictor(PortableModel(quantized_project / "models/int8/model_int8.xml"), "f32",
+                              params.model.imgsz, Postprocess(), RawHead())
+        compute = ComputeParams("ray", cluster.address, None, 1, 1, 15)
+        with pytest.raises(QgateError, match="is gone or stuck") as failure, open_executor(compute) as executor:
+            results = executor.run(prediction_job(predictor), shards(images, True, 1))
+            next(results)
+            cluster.remove_node(worker_node)
+            list(results)
+        assert "\n" not in str(failure.value) and "compute.backend: local" in str(failure.value)
+    finally:
+        cluster.shutdown()
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
