@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -29,8 +28,6 @@ from qgate import offline  # noqa: E402
 
 offline.configure()
 
-from benchmarks.families import cpu_flags  # noqa: E402
-from benchmarks.peers import reference_params  # noqa: E402
 from qgate.params import ComputeParams, load_params  # noqa: E402
 
 SIZES = (500, 2000)
@@ -61,21 +58,30 @@ def synthetic_val(folder: Path, count: int, seed: int = 0) -> list[Path]:
 
 
 def measure(ir: str, images: list[Path], names: tuple[str, ...], workers: int | None, cpus: int) -> dict:
-    """One evaluation in this process: images/s of prediction, scoring seconds, driver and actor peak RSS."""
-    from qgate.compute import LocalExecutor, open_executor
-    from qgate.evaluator import evaluate
+    """One evaluation in this process: images/s of prediction, scoring seconds, peak RSS of driver and actors.
+
+    The driver's peak is read after prediction (images streamed, detections kept) and after scoring
+    (pycocotools' tables), apart.
+    """
+    from qgate.compute import LocalExecutor, open_executor, peak_rss_mb
+    from qgate.evaluator import Predictor, predict, score
+    from qgate.heads import Postprocess, RawHead
+    from qgate.runtime import PortableModel
 
     start = time.perf_counter()
     compute = ComputeParams("ray" if workers else "local", None, workers, cpus, 16, 600)
     with open_executor(compute) as executor:
         started = time.perf_counter() - start
         begin = time.perf_counter()
-        result = evaluate(ir, images, names, 640, executor=executor)
-        total = time.perf_counter() - begin
+        per_image, shapes, precisions = predict(executor, Predictor(PortableModel(ir), "f32", 640, Postprocess(),
+                                                                    RawHead()), images, 16)
+        predicted, predicted_rss = time.perf_counter() - begin, peak_rss_mb()
+        result = score(images, names, per_image, shapes, predicted, precisions)
+        scored = time.perf_counter() - begin - predicted
         actors = [] if isinstance(executor, LocalExecutor) else executor.peak_rss_mb()
-    return {"images_per_second": result.images / result.seconds, "predict_seconds": result.seconds,
-            "score_seconds": total - result.seconds, "start_seconds": started,
-            "driver_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "actor_rss_mb": actors,
+    return {"images_per_second": result.images / predicted, "predict_seconds": predicted,
+            "score_seconds": scored, "start_seconds": started,
+            "predict_rss_mb": predicted_rss, "driver_rss_mb": peak_rss_mb(), "actor_rss_mb": actors,
             "map50_95": result.map50_95, "detections": len(result.detections)}
 
 
@@ -97,7 +103,8 @@ def run_child(ir: Path, images: Path, names: Path, count: int, workers: int | No
 
 def models(reference: Path, work: Path):
     """Export the reference yolov8n at 640 and quantize it with the repository's params; (params, fp32, int8)."""
-    from stages import export, quantize
+    from benchmarks.peers import reference_params  # Ultralytics and NNCF: in the parent only, not in the
+    from stages import export, quantize              # children whose peak RSS is measured
 
     offline.ultralytics_settings_off()
     params = reference_params(load_params(), reference, work)
@@ -146,6 +153,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         return child(args)
+    from benchmarks.families import cpu_flags
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         params, fp32, int8 = models(args.reference.resolve(), work)
@@ -156,7 +164,7 @@ def main() -> None:
         print(f"{max(SIZES)} synthetic 640 px images in {time.perf_counter() - start:.0f} s; CPU {cpu_flags()}, "
               f"reference yolov8n FP32 at 640, f32")
         print(f"{'configuration':<24}{'images':>7}{'img/s':>8}{'vs local':>9}{'score s':>8}{'start s':>8}"
-              f"{'driver MB':>10}{'actor MB':>14}")
+              f"{'driver MB (predict/scored)':>27}{'actor MB':>10}{'detections':>11}")
         rows = {}
         for size in SIZES:
             for name, (workers, cpus) in CONFIGS.items():
@@ -164,7 +172,8 @@ def main() -> None:
                 ratio = row["images_per_second"] / rows[("local", size)]["images_per_second"]
                 actors = "/".join(f"{mb:.0f}" for mb in row["actor_rss_mb"]) or "-"
                 print(f"{name:<24}{size:>7}{row['images_per_second']:>8.2f}{ratio:>8.2f}x{row['score_seconds']:>8.1f}"
-                      f"{row['start_seconds']:>8.1f}{row['driver_rss_mb']:>10.0f}{actors:>14}", flush=True)
+                      f"{row['start_seconds']:>8.1f}{row['predict_rss_mb']:>19.0f}/{row['driver_rss_mb']:<7.0f}"
+                      f"{actors:>10}{row['detections']:>11}", flush=True)
         identical = {rows[(name, size)]["map50_95"] for name in CONFIGS for size in (max(SIZES),)}
         print(f"mAP50-95 at {max(SIZES)} images, every configuration: {sorted(identical)} (must be one value)")
         int8_row = run_child(int8, work / "val/images", names, min(SIZES), None, 2)

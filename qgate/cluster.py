@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import resource
 import socket
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -19,7 +18,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report over th
 import ray  # noqa: E402
 import ray.exceptions as rex  # noqa: E402
 
-from qgate.compute import Job  # noqa: E402
+from qgate.compute import Job, peak_rss_mb  # noqa: E402
 from qgate.errors import QgateError  # noqa: E402
 from qgate.params import ComputeParams  # noqa: E402
 
@@ -52,7 +51,7 @@ class Worker:
 
     def peak_rss_mb(self) -> float:
         """This process's peak resident memory."""
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return peak_rss_mb()
 
 
 class RayExecutor:

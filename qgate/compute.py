@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from qgate.params import ComputeParams
@@ -54,6 +55,14 @@ class LocalExecutor:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB (VmHWM; ru_maxrss would carry a parent's peak across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 @contextlib.contextmanager

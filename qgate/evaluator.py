@@ -68,7 +68,8 @@ def _read_bytes(path: Path) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise QgateError(f"{path}: cannot read the image ({exc.strerror}); fix it or remove it from the split") from None
+        raise QgateError(f"{path}: cannot read the image ({exc.strerror}); fix it or remove it from the split") \
+            from None
 
 
 def letterbox(image: np.ndarray, imgsz: int) -> tuple[np.ndarray, tuple[int, int]]:
@@ -217,7 +218,12 @@ def evaluate(model: str | Path | ov.Model | ov.CompiledModel, images: list[Path]
     start = time.perf_counter()
     per_image, shapes, precisions = predict(executor, Predictor(source, precision, imgsz, settings, head), images,
                                             shard_images)
-    seconds = time.perf_counter() - start
+    return score(images, names, per_image, shapes, time.perf_counter() - start, precisions)
+
+
+def score(images: list[Path], names: tuple[str, ...], per_image: list[list[dict]], shapes: list[tuple[int, int]],
+          seconds: float, precisions: list[str]) -> Evaluation:
+    """Score `predict`'s detections against the images' YOLO labels with pycocotools (on the driver, once)."""
     ground_truth = coco_ground_truth(images, shapes, names)
     detections = [d for image_detections in per_image for d in image_detections]
     map50_95, map50, per_class = coco_map(ground_truth, detections)

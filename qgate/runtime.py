@@ -54,7 +54,9 @@ def compile_model(model: str | Path | ov.Model, precision: str, hint: str = "THR
 
     The u8 -> float, BGR -> RGB, HWC -> CHW and /255 steps then run inside the graph: in NumPy they cost as
     much as reading the JPEG. The precision is explicit because OpenVINO picks BF16 on CPUs that have it.
-    `threads` caps the CPU threads (a Ray worker's CPU share); the outputs do not depend on it.
+    `threads` caps the CPU threads (a Ray worker's CPU share); the outputs do not depend on it. Such a
+    worker does not pin its threads: each process pins from core 0, so two 1-thread workers on a 2-core node
+    shared one core and ran at half speed (benchmarks/scale.py).
     """
     core = ov.Core()
     if isinstance(model, (str, Path)):
@@ -63,7 +65,7 @@ def compile_model(model: str | Path | ov.Model, precision: str, hint: str = "THR
         model = _uint8_bgr_input(model.clone())  # the caller's model keeps its float input
     config = {"PERFORMANCE_HINT": hint, "INFERENCE_PRECISION_HINT": precision}
     if threads:
-        config["INFERENCE_NUM_THREADS"] = threads
+        config.update({"INFERENCE_NUM_THREADS": threads, "ENABLE_CPU_PINNING": False})
     compiled = core.compile_model(model, device, config)
     if measured_precision(compiled) != precision:
         log.warning("%s cannot run %s on this CPU; it runs %s: reports show the precision measured",

@@ -15,10 +15,10 @@ from qgate.dataset import split_images
 from qgate.divergence import (SQNR_CAP_DB, LayerStats, activation_quantizers, instrument, match_layers, producers,
                               sqnr_db)
 from qgate.evaluator import image_tensor
-from qgate.runtime import compile_model
 from qgate.io import write_csv, write_json, write_text
 from qgate.params import Params
 from qgate.pipeline import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
+from qgate.runtime import compile_model
 from qgate.precision import has_weights, upstream_quantizers, weight_quantizer
 
 log = logging.getLogger(__name__)

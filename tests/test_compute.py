@@ -73,6 +73,28 @@ def test_baseline_and_int8_eval_on_ray_match_local(tmp_path, quantized_project, 
         assert _metrics(remote / name) == _metrics(local / name), name
 
 
+def test_an_autofix_candidate_evaluates_the_same_on_ray(quantized_project, ray_cluster):
+    """Autofix's models exist only in memory (reverted groups): they travel as IR bytes and score the same."""
+    import openvino as ov
+
+    from qgate.evaluator import evaluate
+    from qgate.mixed import quantizer_groups, revert
+
+    params = load_params(quantized_project / "params.yaml")
+    core = ov.Core()
+    fp32, int8 = (core.read_model(quantized_project / "models" / name)
+                  for name in ("export/model_fp32.xml", "int8/model_int8.xml"))
+    groups = quantizer_groups(int8)
+    candidate = revert(int8, fp32, groups, {0, len(groups) - 1})
+    images = sorted((quantized_project / "data/images/val").glob("*.jpg"))
+    names = tuple(json.loads((quantized_project / "metrics/export_record.json").read_text())["class_names"])
+    local = evaluate(candidate, images, names, params.model.imgsz)
+    with open_executor(ComputeParams("ray", ray_cluster, None, 1, 2, 120)) as executor:
+        remote = evaluate(candidate, images, names, params.model.imgsz, executor=executor, shard_images=2)
+    assert local.detections and remote.detections == local.detections
+    assert (remote.map50_95, remote.map50, remote.per_class) == (local.map50_95, local.map50, local.per_class)
+
+
 def test_the_local_backend_never_imports_ray(tmp_path, quantized_project, tiny_weights):
     project = copy_project(quantized_project, tmp_path / "p", tiny_weights)
     code = ("import sys; from qgate.params import load_params; from stages import baseline; "
@@ -184,3 +206,17 @@ def test_demo_sensitivity_and_evaluations_on_ray_match_local(tmp_path, demo_chec
                 assert _metrics(got) == _metrics(want), name
             else:
                 assert got.read_bytes() == want.read_bytes(), f"{name}.{key}"
+
+
+def test_a_worker_share_of_cpus_is_not_pinned_and_computes_the_same(quantized_project):
+    """Pinned, two 1-thread workers on one machine both took core 0 (half speed); the outputs must not move."""
+    import numpy as np
+
+    from qgate.runtime import compile_model, head_outputs
+
+    ir = quantized_project / "models/int8/model_int8.xml"
+    shared, whole = compile_model(ir, "f32", threads=1), compile_model(ir, "f32")
+    assert shared.get_property("ENABLE_CPU_PINNING") is False and shared.get_property("INFERENCE_NUM_THREADS") == 1
+    size = shared.input(0).get_partial_shape()[1].get_length()
+    images = [np.random.default_rng(i).integers(0, 256, (1, size, size, 3), dtype=np.uint8) for i in range(4)]
+    assert all(np.array_equal(a, b) for a, b in zip(head_outputs(shared, images), head_outputs(whole, images)))
