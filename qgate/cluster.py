@@ -193,7 +193,8 @@ def connect(compute: ComputeParams) -> None:
         ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, rex.RayError) as exc:
         raise QgateError(f"compute.address {address!r}: cannot join the Ray cluster ({_why(exc)}); start it "
-                         "(`ray start --head`), fix the address, or set compute.address: null") from None
+                         "(`ray start --head`), fix the address, give its token (RAY_AUTH_TOKEN) if it uses token "
+                         "authentication, or set compute.address: null") from None
 
 
 def _check_reachable(address: str, timeout: float) -> None:
