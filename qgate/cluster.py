@@ -5,6 +5,7 @@ Only `qgate.compute.open_executor` imports this module, and only for `compute.ba
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -75,6 +76,12 @@ class RayExecutor:
 
     def run(self, job: Job, items: Iterable) -> Iterator:
         """Each item's result, in item order; a dead worker's items go to the others."""
+        try:
+            yield from self._run(job, items)
+        except ConnectionError as exc:  # Ray Client (ray://) lost the head for longer than its grace period
+            raise self._gone(f"connection lost: {_why(exc)}") from None
+
+    def _run(self, job: Job, items: Iterable) -> Iterator:
         self.job, self.payload = dataclasses.replace(job, payload=None), ray.put(job.payload)
         self._setup(self.actors)
         queue, attempts = deque(), {}
@@ -110,9 +117,14 @@ class RayExecutor:
         return ray.get([actor.peak_rss_mb.remote() for actor in self.actors], timeout=self.compute.timeout_s)
 
     def close(self) -> None:
-        """Stop the workers and disconnect (a private instance is shut down with them)."""
-        for actor in getattr(self, "actors", []):
-            ray.kill(actor)
+        """Stop the workers and disconnect (a private instance is shut down with them); best effort.
+
+        Never a Ray call once disconnected: Ray would start a new local instance for it.
+        """
+        if ray.is_initialized():
+            with contextlib.suppress(Exception):  # a cluster that is gone must not hide why the run failed
+                for actor in getattr(self, "actors", []):
+                    ray.kill(actor)
         ray.shutdown()
 
     def _worker_count(self) -> int:

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,57 @@ def test_a_cluster_whose_workers_are_all_gone_fails_in_one_line(quantized_projec
         assert "\n" not in str(failure.value) and "compute.backend: local" in str(failure.value)
     finally:
         cluster.shutdown()
+
+
+@pytest.fixture
+def client_cluster():
+    """A head with a Ray Client server (`ray://`, how a CI runner outside the cluster joins); its address."""
+    from ray.cluster_utils import Cluster
+
+    port = _free_port()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "node_ip_address": "127.0.0.1",
+                                                            "include_dashboard": False, "ray_client_server_port": port})
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the client server comes up a few seconds after the head
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the Ray Client server did not start"
+                time.sleep(0.5)
+        yield cluster, f"ray://127.0.0.1:{port}"
+    finally:
+        cluster.shutdown()
+
+
+def _demo_like(project: Path, copies: int) -> tuple[list[Path], Predictor]:
+    params = load_params(project / "params.yaml")
+    images = sorted((project / "data/images/val").glob("*.jpg")) * copies
+    return images, Predictor(PortableModel(project / "models/int8/model_int8.xml"), "f32", params.model.imgsz,
+                             Postprocess(), RawHead())
+
+
+def test_a_ray_client_address_gives_the_local_detections(quantized_project, client_cluster):
+    images, predictor = _demo_like(quantized_project, 2)
+    with open_executor(ComputeParams("local", None, None, 1, 1, 60)) as executor:
+        expected = list(executor.run(prediction_job(predictor), shards(images, False, 1)))[0]
+    with open_executor(ComputeParams("ray", client_cluster[1], None, 1, 2, 120)) as executor:
+        got = [r for shard in executor.run(prediction_job(predictor), shards(images, True, 2)) for r in shard]
+    assert got == expected
+
+
+def test_a_ray_client_that_loses_the_head_fails_in_one_line(quantized_project, client_cluster, monkeypatch):
+    monkeypatch.setenv("RAY_CLIENT_RECONNECT_GRACE_PERIOD", "3")  # Ray's default waits 30 s
+    cluster, address = client_cluster
+    images, predictor = _demo_like(quantized_project, 20)
+    with pytest.raises(QgateError, match="is gone or stuck .connection lost") as failure, \
+            open_executor(ComputeParams("ray", address, None, 1, 1, 60)) as executor:
+        results = executor.run(prediction_job(predictor), shards(images, True, 1))
+        next(results)
+        cluster.shutdown()
+        list(results)
+    assert "\n" not in str(failure.value)
 
 
 def _free_port() -> int:
