@@ -41,7 +41,7 @@ class Worker:
 
     def setup(self, job: Job, payload) -> tuple[int, object]:
         """Build the job's state from its payload (fetched from the object store); return the pid and its info."""
-        self.job, self.state = job, None
+        self.job, self.state = job, None  # the last job's compiled model is freed before the next one compiles
         self.state, info = job.setup(payload, self.threads)
         return os.getpid(), info
 

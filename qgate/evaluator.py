@@ -173,9 +173,8 @@ def shards(images: list[Path], remote: bool, size: int) -> Iterator[Shard]:
     if not remote:  # one shard: the plugin's requests stay busy across the whole split
         yield Shard(0, images)
         return
-    sources = portable_images(images, remote)
     for start in range(0, len(images), size):
-        yield Shard(start, [next(sources) for _ in range(min(size, len(images) - start))])
+        yield Shard(start, list(portable_images(images[start:start + size], remote)))
 
 
 def _compile_predictor(predictor: Predictor, threads: int | None) -> tuple[tuple, str]:
