@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 IN_FLIGHT_PER_WORKER = 2  # one item running, one queued: workers never idle, the driver holds few results
 MAX_ATTEMPTS = 3  # an item that kills this many workers is a fault of the item, not of the cluster
+JOIN_ATTEMPTS = 3  # a Ray Client head at times loses the per-driver server it forks (ray-project/ray#63202)
+CLIENT_SERVER_DIED = ("Starting Ray client server failed", "Proxy failed to Connect to backend")  # as it died, or after
 WORKER_LOST = (rex.RayActorError, rex.WorkerCrashedError, rex.ObjectLostError, rex.ActorUnavailableError,
                rex.NodeDiedError, rex.OwnerDiedError)
 QGATE_PACKAGE = Path(__file__).resolve().parent
@@ -202,11 +204,24 @@ def connect(compute: ComputeParams) -> None:
     if address != "auto":
         _check_reachable(address, compute.timeout_s)
     try:
-        ray.init(address=address, **options)
+        _join(address, options)
     except (ConnectionError, RuntimeError, rex.RayError) as exc:
         raise QgateError(f"compute.address {address!r}: cannot join the Ray cluster ({_why(exc)}); start it "
                          "(`ray start --head`), fix the address, give its token (RAY_AUTH_TOKEN) if it uses token "
                          "authentication, or set compute.address: null") from None
+
+
+def _join(address: str, options: dict) -> None:
+    """ray.init, joined again when a Ray Client head's server for this driver died starting (a Ray race)."""
+    for attempt in range(1, JOIN_ATTEMPTS + 1):
+        try:
+            ray.init(address=address, **options)
+            return
+        except ConnectionAbortedError as exc:  # ray.init has already disconnected the failed client
+            if attempt == JOIN_ATTEMPTS or not any(why in str(exc) for why in CLIENT_SERVER_DIED):
+                raise
+            log.warning("ray: the head's server for this driver died starting (%s); joining again, attempt %d of %d",
+                        _why(exc), attempt + 1, JOIN_ATTEMPTS)
 
 
 def _check_reachable(address: str, timeout: float) -> None:
@@ -231,4 +246,8 @@ def _get(ref):
 
 
 def _why(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    """An exception in one line: its first and, for a server's traceback, its last line."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return (lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}")[:300]

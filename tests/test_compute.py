@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -149,9 +150,21 @@ def test_a_cluster_whose_workers_are_all_gone_fails_in_one_line(quantized_projec
         cluster.shutdown()
 
 
-@pytest.fixture
-def client_cluster():
-    """A head with a Ray Client server (`ray://`, how a CI runner outside the cluster joins); its address."""
+# Python runs sitecustomize at start-up: on the head's PYTHONPATH, this makes the first `deaths_left` Ray Client servers
+# the head forks for a driver die before they start, as ray-project/ray#63202's race does at random.
+CLIENT_SERVER_DIES = """
+import os, pathlib, sys
+if "--mode=specific-server" in sys.argv:
+    left = pathlib.Path(__file__).with_name("deaths_left")
+    if int(left.read_text()) > 0:
+        left.write_text(str(int(left.read_text()) - 1))
+        os._exit(1)
+"""
+
+
+@contextlib.contextmanager
+def client_head():
+    """A head with a Ray Client server (`ray://`, how a CI runner outside the cluster joins); it and its address."""
     from ray.cluster_utils import Cluster
 
     port = _free_port()
@@ -171,6 +184,29 @@ def client_cluster():
         cluster.shutdown()
 
 
+@pytest.fixture
+def client_cluster():
+    """A head with a Ray Client server; it and its address."""
+    with client_head() as head:
+        yield head
+
+
+@pytest.fixture
+def dying_client_servers(tmp_path, monkeypatch):
+    """A function that starts a Ray Client head whose first `deaths` servers for a driver die starting."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(CLIENT_SERVER_DIES)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    # the head waits this long for a dead server, once for the driver's data and 5 times for its logs (30 s each)
+    monkeypatch.setenv("RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S", "5")
+
+    def start(deaths: int):
+        (hook / "deaths_left").write_text(str(deaths))
+        return client_head()
+    return start
+
+
 def _demo_like(project: Path, copies: int) -> tuple[list[Path], Predictor]:
     params = load_params(project / "params.yaml")
     images = sorted((project / "data/images/val").glob("*.jpg")) * copies
@@ -185,6 +221,31 @@ def test_a_ray_client_address_gives_the_local_detections(quantized_project, clie
     with open_executor(ComputeParams("ray", client_cluster[1], None, 1, 2, 120)) as executor:
         got = [r for shard in executor.run(prediction_job(predictor), shards(images, True, 2)) for r in shard]
     assert got == expected
+
+
+def test_a_ray_client_server_that_dies_starting_is_started_again(quantized_project, dying_client_servers, caplog):
+    from qgate.cluster import JOIN_ATTEMPTS  # after this module has set Ray's environment
+
+    images, predictor = _demo_like(quantized_project, 1)
+    with open_executor(ComputeParams("local", None, None, 1, 1, 60)) as executor:
+        expected = list(executor.run(prediction_job(predictor), shards(images, False, 1)))[0]
+    with dying_client_servers(JOIN_ATTEMPTS - 1) as (_, address), \
+            caplog.at_level(logging.WARNING, logger="qgate.cluster"), \
+            open_executor(ComputeParams("ray", address, None, 1, 2, 60)) as executor:
+        got = [r for shard in executor.run(prediction_job(predictor), shards(images, True, 2)) for r in shard]
+    assert got == expected
+    assert caplog.text.count("died starting") == JOIN_ATTEMPTS - 1
+
+
+def test_a_ray_client_server_that_always_dies_starting_fails_in_one_line(quantized_project, dying_client_servers):
+    from qgate.cluster import JOIN_ATTEMPTS
+
+    with dying_client_servers(JOIN_ATTEMPTS) as (_, address), pytest.raises(QgateError) as failure, \
+            open_executor(ComputeParams("ray", address, None, 1, 2, 60)):
+        pass
+    message = str(failure.value)
+    assert "cannot join the Ray cluster" in message and "Proxy failed to Connect to backend" in message
+    assert "\n" not in message
 
 
 def test_a_ray_client_that_loses_the_head_fails_in_one_line(quantized_project, client_cluster, monkeypatch):
