@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 IN_FLIGHT_PER_WORKER = 2  # one item running, one queued: workers never idle, the driver holds few results
 MAX_ATTEMPTS = 3  # an item that kills this many workers is a fault of the item, not of the cluster
-JOIN_ATTEMPTS = 3  # a Ray Client head at times loses the per-driver server it forks (ray-project/ray#63202)
+JOIN_ATTEMPTS = 5  # a Ray Client head at times loses the per-driver server it forks (ray-project/ray#63202)
 CLIENT_SERVER_DIED = ("Starting Ray client server failed", "Proxy failed to Connect to backend")  # as it died, or after
 WORKER_LOST = (rex.RayActorError, rex.WorkerCrashedError, rex.ObjectLostError, rex.ActorUnavailableError,
                rex.NodeDiedError, rex.OwnerDiedError)
@@ -218,8 +218,12 @@ def _join(address: str, options: dict) -> None:
             ray.init(address=address, **options)
             return
         except ConnectionAbortedError as exc:  # ray.init has already disconnected the failed client
-            if attempt == JOIN_ATTEMPTS or not any(why in str(exc) for why in CLIENT_SERVER_DIED):
+            if not any(why in str(exc) for why in CLIENT_SERVER_DIED):
                 raise
+            if attempt == JOIN_ATTEMPTS:
+                raise QgateError(f"compute.address {address!r}: the head's Ray Client server for this driver died "
+                                 f"starting {JOIN_ATTEMPTS} times ({_why(exc)}); restart the head, or run the gate "
+                                 "on a node of the cluster with compute.address: auto") from None
             log.warning("ray: the head's server for this driver died starting (%s); joining again, attempt %d of %d",
                         _why(exc), attempt + 1, JOIN_ATTEMPTS)
 

@@ -224,27 +224,26 @@ def test_a_ray_client_address_gives_the_local_detections(quantized_project, clie
 
 
 def test_a_ray_client_server_that_dies_starting_is_started_again(quantized_project, dying_client_servers, caplog):
-    from qgate.cluster import JOIN_ATTEMPTS  # after this module has set Ray's environment
-
     images, predictor = _demo_like(quantized_project, 1)
     with open_executor(ComputeParams("local", None, None, 1, 1, 60)) as executor:
         expected = list(executor.run(prediction_job(predictor), shards(images, False, 1)))[0]
-    with dying_client_servers(JOIN_ATTEMPTS - 1) as (_, address), \
-            caplog.at_level(logging.WARNING, logger="qgate.cluster"), \
+    with dying_client_servers(1) as (_, address), caplog.at_level(logging.WARNING, logger="qgate.cluster"), \
             open_executor(ComputeParams("ray", address, None, 1, 2, 60)) as executor:
         got = [r for shard in executor.run(prediction_job(predictor), shards(images, True, 2)) for r in shard]
     assert got == expected
-    assert caplog.text.count("died starting") == JOIN_ATTEMPTS - 1
+    assert "died starting" in caplog.text  # once, or more where Ray's own race killed a server too
 
 
-def test_a_ray_client_server_that_always_dies_starting_fails_in_one_line(quantized_project, dying_client_servers):
-    from qgate.cluster import JOIN_ATTEMPTS
+def test_a_ray_client_server_that_keeps_dying_fails_in_one_line(quantized_project, dying_client_servers,
+                                                                monkeypatch):
+    import qgate.cluster  # after this module has set Ray's environment
 
-    with dying_client_servers(JOIN_ATTEMPTS) as (_, address), pytest.raises(QgateError) as failure, \
+    monkeypatch.setattr(qgate.cluster, "JOIN_ATTEMPTS", 2)  # the limit, not how high it is (each costs ~35 s)
+    with dying_client_servers(2) as (_, address), pytest.raises(QgateError) as failure, \
             open_executor(ComputeParams("ray", address, None, 1, 2, 60)):
         pass
     message = str(failure.value)
-    assert "cannot join the Ray cluster" in message and "Proxy failed to Connect to backend" in message
+    assert "compute.address" in message and "died starting 2 times" in message and "restart the head" in message
     assert "\n" not in message
 
 
