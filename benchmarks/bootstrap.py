@@ -61,7 +61,7 @@ def main() -> None:
         baseline.main(params)
         quantize.main(params)
         metrics = int8_eval.main(params)
-        result, _ = evaluate_ir(params, int8_ir(params), export_record(params))
+        result = evaluate_ir(params, int8_ir(params), export_record(params))
         ground_truth, fp32, int8 = result.ground_truth, read_json(params.baseline.detections), result.detections
         images = len(ground_truth["images"])
         picks = resample_indices(images, SAMPLES, params.int8_eval.seed)

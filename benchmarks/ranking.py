@@ -112,7 +112,7 @@ def main() -> None:
         fp32_map = read_json(params.baseline.metrics)["map50_95"]
         dataset = model_dataset(params, record)
         val = split_images(dataset, params.baseline.split)
-        gains = np.array([evaluate_ir(params, revert(int8, fp32, groups, {i}), record)[0].map50_95 - int8_map
+        gains = np.array([evaluate_ir(params, revert(int8, fp32, groups, {i}), record).map50_95 - int8_map
                           for i in range(len(groups))])
         by_name = {p.name: p for p in val}
         with open(params.int8_eval.bad_cases) as handle:

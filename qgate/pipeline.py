@@ -95,12 +95,12 @@ def val_images(params: Params, record: dict) -> tuple[list[Path], tuple[str, ...
     return images, dataset.names
 
 
-def evaluate_ir(params: Params, model: Path | object, record: dict, executor,
-                val: tuple[list[Path], tuple[str, ...]] | None = None) -> tuple[Evaluation, str]:
-    """Evaluate an IR path or ov.Model on the baseline's split with its settings; return it and the precision run.
+def evaluate_ir(params: Params, model: Path | object, record: dict, executor=None,
+                val: tuple[list[Path], tuple[str, ...]] | None = None) -> Evaluation:
+    """Evaluate an IR path or ov.Model on the baseline's split with its settings (`.precision`: the one run).
 
-    `executor` (`qgate.compute.open_executor`) runs the prediction; `val` (from `val_images`) spares a caller
-    that evaluates many models re-reading and re-validating the dataset each time.
+    `executor` (`qgate.compute.open_executor`; None: this process) runs the prediction; `val` (from
+    `val_images`) spares a caller that evaluates many models re-reading and re-validating the dataset each time.
     """
     cfg = params.baseline
     images, names = val or val_images(params, record)
@@ -110,4 +110,4 @@ def evaluate_ir(params: Params, model: Path | object, record: dict, executor,
                       max_det=cfg.max_det), head_for(record), cfg.inference_precision, executor,
                       params.compute.shard_images)
     log.info("evaluated at %s: %.1f images/s", result.precision, result.images_per_second)
-    return result, result.precision
+    return result

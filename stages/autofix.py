@@ -189,7 +189,7 @@ class Search:
     def evaluate(self, selected: list[int], tried: str) -> dict:
         """Real mAP of the INT8 model with `selected` groups in float (compiled as a true mixed-precision model)."""
         chosen, p = set(selected), self.params
-        result, _ = evaluate_ir(p, revert(self.int8, self.fp32, self.groups, chosen), self.record, self.executor,
+        result = evaluate_ir(p, revert(self.int8, self.fp32, self.groups, chosen), self.record, self.executor,
                                 self.val)
         if self.scorer is None:
             self.scorer = PairedScorer(result.ground_truth, p.int8_eval.bootstrap_samples, p.int8_eval.seed)

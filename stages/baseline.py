@@ -22,7 +22,7 @@ def main(params: Params) -> dict:
     record = export_record(params)
     log.info("[1/1] baseline")
     with open_executor(params.compute) as executor:
-        result, precision = evaluate_ir(params, fp32_ir(params), record, executor)
+        result = evaluate_ir(params, fp32_ir(params), record, executor)
     metrics = {
         "map50_95": round(result.map50_95, 5),
         "map50": round(result.map50, 5),
@@ -30,7 +30,7 @@ def main(params: Params) -> dict:
         "instances": result.instances,
         "detections": len(result.detections),
         "images_per_second": round(result.images_per_second, 2),
-        "inference_precision": precision,
+        "inference_precision": result.precision,
         "requested_precision": cfg.inference_precision,
         "model_sha256": record["model_sha256"],
         "ir_bin_sha256": record["ir_bin_sha256"],

@@ -28,7 +28,7 @@ def main(params: Params) -> dict:
     ir_path = require_int8_ir(params)
     log.info("[1/3] int8_eval: evaluating the INT8 IR")
     with open_executor(params.compute) as executor:
-        result, precision = evaluate_ir(params, ir_path, record, executor)
+        result = evaluate_ir(params, ir_path, record, executor)
     log.info("[2/3] int8_eval: %d paired bootstrap resamples of the %d images", cfg.bootstrap_samples, result.images)
     start = time.perf_counter()
     paired = paired_drop(result.ground_truth, baseline_detections, result.detections, cfg.bootstrap_samples,
@@ -52,7 +52,7 @@ def main(params: Params) -> dict:
         "mean_disagreement": round(sum(c["disagreement"] for c in cases) / max(len(cases), 1), 5),
         **interval_metrics(paired),
         "bootstrap_seconds": round(bootstrap_seconds, 2),
-        "inference_precision": precision,
+        "inference_precision": result.precision,
         "model_sha256": record["model_sha256"],
         "int8_ir_bin_sha256": int8_ir_sha256(params),
     }
