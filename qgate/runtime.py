@@ -67,9 +67,9 @@ def compile_model(model: str | Path | ov.Model, precision: str, hint: str = "THR
     if threads:
         config.update({"INFERENCE_NUM_THREADS": threads, "ENABLE_CPU_PINNING": False})
     compiled = core.compile_model(model, device, config)
-    if measured_precision(compiled) != precision:
+    if (measured := measured_precision(compiled)) != precision:
         log.warning("%s cannot run %s on this CPU; it runs %s: reports show the precision measured",
-                    device, precision, measured_precision(compiled))
+                    device, precision, measured)
     return compiled
 
 
@@ -99,20 +99,21 @@ def infer_pipelined(compiled: ov.CompiledModel, items, prepare, consume) -> None
     requests = [compiled.create_infer_request()
                 for _ in range(max(2, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))]
     contexts: list = [None] * len(requests)
-    started = 0
-    for item in items:
-        slot = started % len(requests)
+
+    def finish(slot: int) -> None:
         if contexts[slot] is not None:
             requests[slot].wait()
             consume(requests[slot].get_output_tensor(0).data, contexts[slot])
+
+    started = 0
+    for item in items:
+        slot = started % len(requests)
+        finish(slot)
         inputs, contexts[slot] = prepare(item)
         requests[slot].start_async(inputs)
         started += 1
     for offset in range(len(requests)):  # the rest, oldest first
-        slot = (started + offset) % len(requests)
-        if contexts[slot] is not None:
-            requests[slot].wait()
-            consume(requests[slot].get_output_tensor(0).data, contexts[slot])
+        finish((started + offset) % len(requests))
 
 
 def head_outputs(compiled: ov.CompiledModel, inputs: list[np.ndarray]) -> list[np.ndarray]:
