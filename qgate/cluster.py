@@ -28,7 +28,9 @@ log = logging.getLogger(__name__)
 IN_FLIGHT_PER_WORKER = 2  # one item running, one queued: workers never idle, the driver holds few results
 MAX_ATTEMPTS = 3  # an item that kills this many workers is a fault of the item, not of the cluster
 JOIN_ATTEMPTS = 5  # a Ray Client head at times loses the per-driver server it forks (ray-project/ray#63202)
-CLIENT_SERVER_DIED = ("Starting Ray client server failed", "Proxy failed to Connect to backend")  # as it died, or after
+# how the head reports that server's death: found dead, gone while the head checked it (psutil), dead after it started
+CLIENT_SERVER_DIED = ("Starting Ray client server failed", "psutil.ZombieProcess", "psutil.NoSuchProcess",
+                      "Proxy failed to Connect to backend")
 WORKER_LOST = (rex.RayActorError, rex.WorkerCrashedError, rex.ObjectLostError, rex.ActorUnavailableError,
                rex.NodeDiedError, rex.OwnerDiedError)
 QGATE_PACKAGE = Path(__file__).resolve().parent
