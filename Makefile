@@ -11,21 +11,42 @@ export YOLO_CONFIG_DIR := $(abspath .cache/ultralytics)
 export DVC_NO_ANALYTICS := 1
 export MPLBACKEND := Agg
 
-.PHONY: setup test repro gate report promote lint clean
+# the TORCH_INDEX_URL torch was last installed from
+TORCH_INDEX := $(VENV)/.torch_index
+PIP := $(BIN)/pip install --disable-pip-version-check -q
 
-setup: $(STAMP)  ## create .venv with the pinned requirements (idempotent)
+.DEFAULT_GOAL := help
+.PHONY: help setup test test-fast repro gate report promote lint clean FORCE
 
-$(STAMP): requirements.txt
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	# TORCH_INDEX_URL (CI sets PyTorch's CPU index): torch and torchvision from there, same pins
-	if [ -n "$(TORCH_INDEX_URL)" ]; then $(BIN)/pip install --disable-pip-version-check -q \
-		--index-url "$(TORCH_INDEX_URL)" $$(grep -E '^torch(vision)?==' requirements.txt); fi
-	$(BIN)/pip install --disable-pip-version-check -q -r requirements.txt
+help:  ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 22
+
+setup: $(STAMP)  ## create .venv with the pinned requirements (idempotent; TORCH_INDEX_URL: torch's index)
+	@# .gitattributes' `merge=ours` (a fork keeps its own metrics, dvc.lock and params.yaml when merging upstream)
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then git config merge.ours.driver true; fi
+
+# Rewritten only when TORCH_INDEX_URL differs from the last install's, so that changing it re-installs torch
+$(TORCH_INDEX): FORCE
+	@mkdir -p $(VENV)
+	@printf '%s\n' "$(TORCH_INDEX_URL)" | cmp -s - $@ || printf '%s\n' "$(TORCH_INDEX_URL)" > $@
+
+$(STAMP): requirements.txt $(TORCH_INDEX)
+	@# a Python outside pyproject.toml's requires-python is refused in one line, before anything installs
+	test -x $(BIN)/python || { $(PYTHON) .ci/python_supported.py && $(PYTHON) -m venv $(VENV); }
+	$(BIN)/python .ci/python_supported.py
+	# torch + torchvision with the same pins from TORCH_INDEX_URL when set (CI: PyTorch's CPU index), else
+	# from the default index; forced when the index changed (a CPU wheel and a CUDA one share a version)
+	$(PIP) $(if $(filter $(TORCH_INDEX),$?),--force-reinstall --no-deps) \
+		$(if $(TORCH_INDEX_URL),--index-url "$(TORCH_INDEX_URL)") $$(grep -E '^torch(vision)?==' requirements.txt)
+	$(PIP) -r requirements.txt
 	$(BIN)/opt_in_out --opt_out >/dev/null
 	touch $(STAMP)
 
-test: setup  ## unit, bad-input, pipeline and (beside ../shared/reference) reference tests; PYTEST_ARGS narrows
+test: setup  ## every test (what CI runs): unit, tiny models, Ray, the pipeline, the workflow, the reference
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: setup  ## the inner loop (minutes): no training, no pipeline run, no Ray (docs/testing.md)
+	$(BIN)/python -m pytest -m "not slow and not cluster" $(PYTEST_ARGS)
 
 # The stages the gates read, and whatever they need: the demo's data and training run only when model.*
 # points at the demo (they are upstream of export then), never for your own detector.
@@ -49,5 +70,5 @@ lint: setup  ## byte-compile, pyflakes, and the workflow files against GitHub's 
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(BIN)/zizmor --offline .github/workflows
 
-clean:  ## remove pipeline outputs (not the venv)
-	rm -rf data/demo models metrics artifacts reports .cache
+clean: setup  ## delete untracked pipeline outputs (models, data and results git tracks stay; not the venv)
+	$(BIN)/python -m qgate.clean
