@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from qgate.intervals import PairedScorer, accepted, difference, verdict
+from qgate.artifacts import val_images
+from qgate.intervals import PairedScorer, difference
 from qgate.mixed import ignored_names, revert
 from qgate.params import Params
-from qgate.pipeline import evaluate_ir, val_images
+from qgate.pipeline import evaluate_ir
+from qgate.verdicts import accepted, verdict
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The Ray backend: actors that each hold one job's state, items spread over them, a dead worker's items retried.
 
-Only `qgate.compute.open_executor` imports this module, and only for `compute.backend: ray`.
+Only `qgate.backends.open_executor` imports this module, and only for `compute.backend: ray`.
 """
 
 from __future__ import annotations

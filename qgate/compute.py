@@ -2,12 +2,11 @@
 
 A `Job` is module-level functions plus a payload: `setup(payload, threads)` builds a worker's state once
 (a compiled model), `prepare(state, item)` and `work(state, prepared)` turn one item into its result. The
-backend is chosen here, from `compute.backend`, and nowhere else; the local one never imports Ray.
+backend is chosen in `qgate.backends`, from `compute.backend`, and nowhere else; the local one never imports Ray.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qgate.params import ComputeParams
 
 
 @dataclass(frozen=True)
@@ -63,18 +61,3 @@ def peak_rss_mb() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-@contextlib.contextmanager
-def open_executor(compute: ComputeParams) -> Iterator[LocalExecutor]:
-    """The executor `compute.backend` names, released (Ray actors and a private instance torn down) on exit."""
-    if compute.backend == "ray":
-        from qgate.cluster import RayExecutor  # Ray is imported only when asked for
-
-        executor = RayExecutor(compute)
-    else:
-        executor = LocalExecutor()
-    try:
-        yield executor
-    finally:
-        executor.close()

@@ -5,8 +5,6 @@ Prediction is a job (`qgate.compute`): shards of images in, detections out, run 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 import time
 from collections.abc import Iterator
@@ -18,6 +16,7 @@ import numpy as np
 import openvino as ov
 from tqdm import tqdm
 
+from qgate.cocoeval import coco_map
 from qgate.compute import Job, LocalExecutor
 from qgate.dataset import coco_ground_truth
 from qgate.errors import QgateError
@@ -229,53 +228,3 @@ def score(images: list[Path], names: tuple[str, ...], per_image: list[list[dict]
     return Evaluation(map50_95=map50_95, map50=map50, images=len(images),
                       instances=len(ground_truth["annotations"]), seconds=seconds, per_class=per_class,
                       detections=detections, ground_truth=ground_truth, precision=",".join(sorted(set(precisions))))
-
-
-def coco_map(ground_truth: dict, detections: list[dict]) -> tuple[float, float, list[dict]]:
-    """pycocotools bbox mAP50-95, mAP50 and per-class AP (classes without ground truth get None)."""
-    names = {c["id"]: c["name"] for c in ground_truth["categories"]}
-    if not detections or not ground_truth["annotations"]:
-        return 0.0, 0.0, [_class_row(i, n, None, None) for i, n in names.items()]
-    evaluator = matched(ground_truth, detections)
-    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
-        evaluator.accumulate()
-    precision = evaluator.eval["precision"]  # [iou thresholds, recall, class, area, max dets]
-    map50_95, map50 = mean_valid(precision), mean_valid(precision[0])
-    per_class = []
-    for k, cat_id in enumerate(evaluator.params.catIds):
-        curve = precision[:, :, k, 0, -1]
-        valid = curve[curve > -1]
-        ap50 = curve[0][curve[0] > -1]
-        per_class.append(_class_row(cat_id, names[cat_id], float(valid.mean()) if valid.size else None,
-                                    float(ap50.mean()) if ap50.size else None))
-    return map50_95, map50, per_class
-
-
-def matched(ground_truth: dict, detections: list[dict]):
-    """pycocotools' COCOeval after `evaluate` (detections matched to ground truth per image and class).
-
-    Only the 'all' area range at 100 detections: what summarize() reports as AP and AP50; the
-    small/medium/large and 1/10-detection breakdowns would cost 10x the time.
-    """
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
-    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
-        gt = COCO()
-        gt.dataset = ground_truth
-        gt.createIndex()
-        evaluator = COCOeval(gt, gt.loadRes(detections), "bbox")
-        evaluator.params.areaRng, evaluator.params.areaRngLbl = [[0, 1e10]], ["all"]
-        evaluator.params.maxDets = [100]
-        evaluator.evaluate()
-    return evaluator
-
-
-def mean_valid(precision: np.ndarray) -> float:
-    """pycocotools' summarize: the mean of the precision array where a class has ground truth (not -1)."""
-    valid = precision[precision > -1]  # -1 marks classes without ground truth
-    return float(valid.mean()) if valid.size else 0.0
-
-
-def _class_row(cat_id: int, name: str, ap: float | None, ap50: float | None) -> dict:
-    return {"class_id": int(cat_id) - 1, "class_name": name, "map50_95": ap, "map50": ap50}

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qgate.evaluator import matched, mean_valid
+from qgate.cocoeval import matched, mean_valid
 
-PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 CHUNK_ELEMENTS = 4_000_000  # resamples x IoU thresholds x detections per array: ~32 MB of float64 at a time
 RESAMPLE_CHUNK = 50  # resamples whose precision arrays [IoU, recall, class] are held at once (~32 MB for 80 classes)
 
@@ -98,7 +97,7 @@ class ImageMatches:
             self.empty = True
             return
         self.empty = False
-        evaluator = matched(ground_truth, detections)  # the settings of qgate.evaluator.coco_map
+        evaluator = matched(ground_truth, detections)  # the settings of qgate.cocoeval.coco_map
         p = evaluator.params
         self.rec_thresholds, self.iou_thresholds = p.recThrs, len(p.iouThrs)
         image_position = {image_id: i for i, image_id in enumerate(p.imgIds)}
@@ -224,29 +223,6 @@ class PairedScorer:
 def difference(a: np.ndarray, b: np.ndarray, level: float) -> Interval:
     """`a - b` of two `PairedScorer.scores` rows: the full-set difference and its paired interval."""
     return interval(float(a[0] - b[0]), a[1:] - b[1:], level)
-
-
-def verdict(direction: str, point: float, low: float | None, high: float | None, limit: float,
-            confidence: float | None) -> str:
-    """pass, fail or inconclusive: on the point value, or (with a `confidence` and an interval) on its bounds.
-
-    The whole interval on the passing side passes, the whole interval on the failing side fails; a limit
-    inside the interval is inconclusive: these images (or benchmark pairs) cannot tell.
-    """
-    def ok(value: float) -> bool:
-        return value <= limit if direction == "<=" else value >= limit
-
-    if confidence is None or low is None or high is None:
-        return PASS if ok(point) else FAIL
-    failing_bound, passing_bound = (high, low) if direction == "<=" else (low, high)
-    if ok(failing_bound):
-        return PASS
-    return INCONCLUSIVE if ok(passing_bound) else FAIL
-
-
-def accepted(state: str, inconclusive: str) -> bool:
-    """Whether a verdict counts as passed under the `gates.inconclusive` policy (pass | fail)."""
-    return state == PASS or (state == INCONCLUSIVE and inconclusive == "pass")
 
 
 def paired_drop(ground_truth: dict, reference: list[dict], candidate: list[dict], samples: int, level: float,

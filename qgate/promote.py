@@ -20,7 +20,7 @@ from qgate.cli import run_tool
 from qgate.errors import QgateError
 from qgate.gates import Metrics, Verdict, judge_all
 from qgate.params import Params, load_params
-from qgate.pipeline import fixed_ir
+from qgate.artifacts import fixed_ir
 
 
 def main(params_path: str, push: bool = False) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,43 @@ def test_the_closure_follows_imports_inside_functions():
     # qgate.report imports qgate.badcases inside a function; the sensitivity stage imports qgate.heads on top
     assert "qgate/badcases.py" in code_closure("qgate.report")
     assert {"stages/sensitivity.py", "qgate/heads.py", "qgate/mixed.py"} <= code_closure("stages.sensitivity")
+
+
+PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
+RUN_TO_RUN = re.compile(r"(seconds|per_second|fps|latency_ms)$")  # wall-clock fields differ on every run
+
+
+def resolved(path: str) -> str:
+    """A dvc.yaml path with its `${section.key}` filled in from params.yaml, as DVC does."""
+    def value(match: re.Match) -> str:
+        section, key = match.group(1).split(".")
+        return str(PARAMS[section][key])
+    return re.sub(r"\$\{([\w.]+)\}", value, path)
+
+
+@pytest.mark.parametrize("name", list(STAGES))
+def test_no_stage_depends_on_a_file_with_timings(name):
+    for dep in STAGES[name]["deps"]:
+        path = ROOT / resolved(dep)
+        if path.suffix == ".json" and path.is_file():
+            data = json.loads(path.read_text())
+            timings = sorted(key for key in data if RUN_TO_RUN.search(key)) if isinstance(data, dict) else []
+            assert not timings, f"stage '{name}' depends on {dep}, which holds run-to-run fields {timings}"
+
+
+def test_the_package_has_no_import_cycle():
+    modules = {f"qgate.{path.stem}" for path in (ROOT / "qgate").glob("*.py") if path.stem != "__init__"}
+    graph = {module: imported_modules(_file(module)) & modules for module in modules}
+    state: dict[str, str] = {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = "open"
+        for imported in sorted(graph[module]):
+            assert state.get(imported) != "open", f"import cycle: {' -> '.join(trail + [module, imported])}"
+            if imported not in state:
+                visit(imported, trail + [module])
+        state[module] = "done"
+
+    for module in sorted(modules):
+        if module not in state:
+            visit(module, [])

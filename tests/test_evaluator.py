@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from qgate.evaluator import coco_map, letterbox, load_image, scale_to_original, to_coco, to_tensor
+from qgate.cocoeval import coco_map
+from qgate.evaluator import letterbox, load_image, scale_to_original, to_coco, to_tensor
 from qgate.heads import End2EndHead, Postprocess, RawHead
 
 SHAPES = [(480, 640), (427, 640), (100, 50), (333, 201), (320, 320)]

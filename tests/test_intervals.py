@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import yaml
 
-from qgate.evaluator import coco_map
-from qgate.intervals import (FAIL, INCONCLUSIVE, PASS, ImageMatches, PairedScorer, difference, paired_drop,
-                             ratio_interval, resample_indices, resample_weights, verdict)
+from qgate.cocoeval import coco_map
+from qgate.params import load_params
+from qgate.intervals import (ImageMatches, PairedScorer, difference, paired_drop, ratio_interval, resample_indices,
+                             resample_weights)
+from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, verdict
 
 
 def synthetic_pair(images: int, seed: int, classes: int = 5, miss_rate: float = 0.25):
@@ -135,9 +136,9 @@ def test_every_weight_one_is_pycocotools_on_the_demo(demo_checkout, monkeypatch)
 
     from qgate.dataset import coco_ground_truth, load_dataset, split_images
 
-    params = yaml.safe_load((demo_checkout / "params.yaml").read_text())
-    dataset = load_dataset(demo_checkout / params["model"]["dataset"])
-    images = split_images(dataset, params["baseline"]["split"])
+    params = load_params(demo_checkout / "params.yaml")
+    dataset = load_dataset(demo_checkout / params.model.dataset)
+    images = split_images(dataset, params.baseline.split)
     shapes = [cv2.imread(str(path)).shape[:2] for path in images]
     ground_truth = coco_ground_truth(images, shapes, dataset.names)
     for name in ("baseline_detections.json", "int8_detections.json"):
