@@ -31,42 +31,23 @@ offline.configure()
 import openvino as ov  # noqa: E402
 
 from benchmarks.peers import benchmark_case, median_fps  # noqa: E402
+from benchmarks.workspace import inside  # noqa: E402
 from qgate.dataset import load_dataset, split_images  # noqa: E402
 from qgate.evaluator import evaluate, image_tensor  # noqa: E402
 from qgate.runtime import compile_model  # noqa: E402
 from qgate.io import read_json  # noqa: E402
 from qgate.params import IgnoredScopeParams, Params, SubgraphParams  # noqa: E402
-from qgate.pipeline import fixed_ir, fp32_ir, int8_ir  # noqa: E402
+from qgate.artifacts import fixed_ir, fp32_ir, int8_ir  # noqa: E402
 from qgate.precision import precision_table  # noqa: E402
 from stages import autofix, baseline, int8_eval, quantize, sensitivity  # noqa: E402
 
 NAIVE_SCOPE = IgnoredScopeParams(names=(), patterns=(), types=(), subgraphs=())
 
 
-def work_params(params: Params, work: Path, scope: IgnoredScopeParams = NAIVE_SCOPE) -> Params:
-    """`params` with the naive quantize config and every output of the stages run here under `work`."""
+def naive_params(params: Params, scope: IgnoredScopeParams = NAIVE_SCOPE) -> Params:
+    """`params` with the naive quantize config (performance preset, no decode rule) and `scope` ignored."""
     q = dataclasses.replace(params.quantize, preset="performance", keep_decode_float=False, ignored_scope=scope)
-    return outputs_under(dataclasses.replace(params, quantize=q), work)
-
-
-def outputs_under(params: Params, work: Path) -> Params:
-    """`params` with every output of baseline, quantize, int8_eval, sensitivity and autofix under `work`."""
-    def under(section, **names):
-        return dataclasses.replace(section, **{key: str(work / value) for key, value in names.items()})
-
-    return dataclasses.replace(
-        params,
-        baseline=under(params.baseline, metrics="baseline.json", per_class="baseline_per_class.json",
-                       detections="baseline_detections.json"),
-        quantize=under(params.quantize, out_dir="int8", precision_table="precision.csv", record="int8_record.json",
-                       metrics="quantize.json"),
-        int8_eval=under(params.int8_eval, metrics="int8.json", per_class="int8_per_class.json",
-                        detections="int8_detections.json", bad_cases="bad_cases.csv"),
-        sensitivity=under(params.sensitivity, csv="sensitivity.csv", plot="sensitivity.svg",
-                          metrics="sensitivity.json"),
-        autofix=under(params.autofix, out_dir="fixed", steps="steps.csv", scope="scope.yaml",
-                      metrics="autofix.json"),
-        divergence=under(params.divergence, csv="no_divergence.csv"))  # clip shares are report-only
+    return dataclasses.replace(params, quantize=q)
 
 
 def run_qgate(params: Params) -> dict:
@@ -86,9 +67,10 @@ def run_pasted(params: Params, work: Path, scope: dict) -> Path:
     pasted = IgnoredScopeParams(names=tuple(s["names"]), patterns=tuple(s["patterns"]), types=tuple(s["types"]),
                                 subgraphs=tuple(SubgraphParams(tuple(g["inputs"]), tuple(g["outputs"]))
                                                 for g in s["subgraphs"]))
-    pasted_params = work_params(params, work / "pasted", pasted)
-    quantize.main(pasted_params)
-    return int8_ir(pasted_params)
+    pasted_params = naive_params(params, pasted)
+    with inside(work / "pasted", exported=work):  # its own outputs, the same FP32 IR
+        quantize.main(pasted_params)
+        return (work / "pasted" / int8_ir(pasted_params)).resolve()
 
 
 def run_accuracy_control(params: Params, work: Path) -> dict:
@@ -145,7 +127,7 @@ def drop(ir: Path, params: Params, fp32_map: float) -> float:
 def main() -> None:
     """Run both fixers from the same naive INT8 starting point; print the side-by-side table."""
     with benchmark_case(__doc__.splitlines()[0]) as (params, work):
-        params = work_params(params, work)
+        params = naive_params(params)
         ours = run_qgate(params)
         fp32_map = read_json(params.baseline.metrics)["map50_95"]
         nncf_ac = run_accuracy_control(params, work)

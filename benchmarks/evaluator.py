@@ -33,7 +33,7 @@ from qgate.dataset import load_dataset, split_images, ultralytics_yaml  # noqa: 
 from qgate.evaluator import evaluate  # noqa: E402
 from qgate.runtime import compile_model  # noqa: E402
 from qgate.params import load_params  # noqa: E402
-from qgate.pipeline import fp32_ir  # noqa: E402
+from qgate.artifacts import fp32_ir  # noqa: E402
 
 
 def ultralytics_model_dir(ir: Path, names: tuple[str, ...], imgsz: int, precision: str, dest: Path) -> Path:

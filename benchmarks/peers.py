@@ -37,18 +37,19 @@ from qgate.dataset import load_dataset, split_images, ultralytics_yaml  # noqa: 
 from qgate.evaluator import evaluate, image_tensor  # noqa: E402
 from qgate.runtime import compile_model  # noqa: E402
 from qgate.params import Params, load_params  # noqa: E402
-from qgate.pipeline import fp32_ir  # noqa: E402
+from benchmarks.workspace import ROOT, inside, rooted  # noqa: E402
+from qgate.artifacts import fp32_ir  # noqa: E402
 from stages import quantize  # noqa: E402
 from stages.benchmark import run_benchmark_app  # noqa: E402
 
 
-def reference_params(params: Params, reference: Path, work: Path) -> Params:
+def reference_params(params: Params, reference: Path) -> Params:
     """The repository's params pointed at the reference case: COCO128 has no calib split, so train (= val)."""
     model = dataclasses.replace(params.model, weights=str(reference / "models" / "yolov8n.pt"),
-                                dataset=str(reference / "data" / "coco128.yaml"), imgsz=640)
+                                dataset=str(reference / "data" / "coco128.yaml"),
+                                data_dir=str(reference / "data" / "coco128"), imgsz=640)
     q = dataclasses.replace(params.quantize, calibration_split="train", allow_val_calibration=True)
-    export = dataclasses.replace(params.export, out_dir=str(work / "export"), record=str(work / "record.json"))
-    return dataclasses.replace(params, model=model, quantize=q, export=export)
+    return dataclasses.replace(params, model=model, quantize=q)
 
 
 def run_qgate(params: Params, work: Path) -> tuple[Path, float]:
@@ -126,20 +127,22 @@ def median_fps(irs: list[Path], params: Params, work: Path) -> list[float]:
 
 @contextmanager
 def benchmark_case(description: str) -> Iterator[tuple[Params, Path]]:
-    """Parse `--reference`; yield the params (the demo's, or the exported reference case's) and a work folder."""
+    """Parse `--reference`; yield the params (the demo's, or the exported reference case's) and a work folder,
+    the current directory while the block runs (the stages write their outputs there)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--reference", type=Path, help="a reference case folder (models/yolov8n.pt, data/coco128)")
     args = parser.parse_args()
     offline.ultralytics_settings_off()
-    params = load_params()
+    params = rooted(load_params(ROOT / "params.yaml"))
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
         if args.reference:
-            params = reference_params(params, args.reference.resolve(), work)
-            from stages import export
+            params = reference_params(params, args.reference.resolve())
+        with inside(Path(tmp), exported=None if args.reference else ROOT) as work:
+            if args.reference:
+                from stages import export
 
-            export.main(params)
-        yield params, work
+                export.main(params)
+            yield params, work
 
 
 def main() -> None:

@@ -29,14 +29,15 @@ offline.configure()
 import openvino as ov  # noqa: E402
 import openvino.opset13 as opset  # noqa: E402
 
-from benchmarks.autofix import work_params  # noqa: E402
+from benchmarks.autofix import naive_params  # noqa: E402
 from benchmarks.peers import benchmark_case  # noqa: E402
 from qgate.dataset import split_images  # noqa: E402
 from qgate.evaluator import evaluate, image_tensor  # noqa: E402
 from qgate.heads import RawHead  # noqa: E402
 from qgate.io import read_json  # noqa: E402
 from qgate.mixed import quantizer_groups, revert  # noqa: E402
-from qgate.pipeline import evaluate_ir, export_record, fp32_ir, int8_ir, model_dataset  # noqa: E402
+from qgate.artifacts import export_record, fp32_ir, int8_ir, model_dataset  # noqa: E402
+from qgate.pipeline import evaluate_ir  # noqa: E402
 from stages import baseline, int8_eval, quantize, sensitivity  # noqa: E402
 
 SWITCH = "qgate_float_groups"
@@ -100,7 +101,7 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 def main() -> None:
     """Naive INT8 demo; each group's own mAP gain; where three rankings put the groups that gain most."""
     with benchmark_case(__doc__.splitlines()[0]) as (params, work):
-        params = work_params(params, work)
+        params = naive_params(params)
         baseline.main(params)
         quantize.main(params)
         int8_eval.main(params)

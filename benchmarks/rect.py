@@ -24,7 +24,8 @@ offline.configure()
 from benchmarks.peers import reference_params  # noqa: E402
 from qgate.dataset import load_dataset, ultralytics_yaml  # noqa: E402
 from qgate.params import load_params  # noqa: E402
-from qgate.pipeline import evaluate_ir, export_record, fp32_ir  # noqa: E402
+from qgate.artifacts import export_record, fp32_ir  # noqa: E402
+from qgate.pipeline import evaluate_ir  # noqa: E402
 from stages import export  # noqa: E402
 
 

@@ -12,7 +12,6 @@ instance on this machine (its start is timed apart). Then a projection on paper 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import subprocess
 import sys
@@ -63,7 +62,8 @@ def measure(ir: str, images: list[Path], names: tuple[str, ...], workers: int | 
     The driver's peak is read after prediction (images streamed, detections kept) and after scoring
     (pycocotools' tables), apart.
     """
-    from qgate.compute import LocalExecutor, open_executor, peak_rss_mb
+    from qgate.backends import open_executor
+    from qgate.compute import LocalExecutor, peak_rss_mb
     from qgate.evaluator import Predictor, predict, score
     from qgate.heads import Postprocess, RawHead
     from qgate.runtime import PortableModel
@@ -106,14 +106,15 @@ def models(reference: Path, work: Path):
     from benchmarks.peers import reference_params  # Ultralytics and NNCF: in the parent only, not in the
     from stages import export, quantize              # children whose peak RSS is measured
 
+    from benchmarks.workspace import ROOT, inside, rooted
+    from qgate.artifacts import fp32_ir, int8_ir
+
     offline.ultralytics_settings_off()
-    params = reference_params(load_params(), reference, work)
-    params = dataclasses.replace(params, quantize=dataclasses.replace(
-        params.quantize, out_dir=str(work / "int8"), precision_table=str(work / "precision.csv"),
-        record=str(work / "int8_record.json"), metrics=str(work / "quantize.json")))
-    export.main(params)
-    quantize.main(params)
-    return params, work / "export" / "model_fp32.xml", work / "int8" / "model_int8.xml"
+    params = reference_params(rooted(load_params(ROOT / "params.yaml")), reference)
+    with inside(work, exported=None):  # the stages' fixed output paths land in `work`
+        export.main(params)
+        quantize.main(params)
+    return params, work / fp32_ir(params), work / int8_ir(params)
 
 
 def projection(rows: dict, int8: dict) -> None:
@@ -153,7 +154,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         return child(args)
-    from benchmarks.families import cpu_flags
+    from qgate.cpu import cpu_info, describe
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         params, fp32, int8 = models(args.reference.resolve(), work)
@@ -161,7 +162,7 @@ def main() -> None:
         names.write_text(json.dumps(json.loads(Path(params.export.record).read_text())["class_names"]))
         start = time.perf_counter()
         synthetic_val(work / "val", max(SIZES))
-        print(f"{max(SIZES)} synthetic 640 px images in {time.perf_counter() - start:.0f} s; CPU {cpu_flags()}, "
+        print(f"{max(SIZES)} synthetic 640 px images in {time.perf_counter() - start:.0f} s; CPU {describe(cpu_info())}, "
               f"reference yolov8n FP32 at 640, f32")
         print(f"{'configuration':<24}{'images':>7}{'img/s':>8}{'vs local':>9}{'score s':>8}{'start s':>8}"
               f"{'driver MB (predict/scored)':>27}{'actor MB':>10}{'detections':>11}")

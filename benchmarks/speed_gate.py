@@ -27,19 +27,19 @@ from qgate import offline  # noqa: E402
 
 offline.configure()
 
-from benchmarks.families import cpu_flags  # noqa: E402
-from qgate.intervals import FAIL, INCONCLUSIVE, PASS, verdict  # noqa: E402
-from qgate.params import Params, load_params  # noqa: E402
+from qgate.cpu import cpu_info, describe  # noqa: E402
+from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, verdict  # noqa: E402
+from benchmarks.workspace import ROOT, inside, rooted  # noqa: E402
+from qgate.params import AutofixParams, Params, QuantizeParams, load_params  # noqa: E402
 from stages import benchmark  # noqa: E402
 
 
 def run_stage(params: Params, work: Path, run: str, limit: float | None, confidence: float | None) -> dict:
-    """One benchmark stage run with its outputs under `work` and the gate settings it adapts to."""
-    cfg = dataclasses.replace(params.benchmark, report_dir=str(work / f"reports_{run}"),
-                              metrics=str(work / f"benchmark_{run}.json"))
+    """One benchmark stage run with its outputs in `work / run` and the gate settings it adapts to."""
     gates = dataclasses.replace(params.gates, min_speedup=limit if limit is not None else params.gates.min_speedup,
                                 confidence=confidence)
-    return benchmark.main(dataclasses.replace(params, benchmark=cfg, gates=gates))
+    with inside(work / run, links=(QuantizeParams.out_dir, AutofixParams.out_dir)):
+        return benchmark.main(dataclasses.replace(params, gates=gates))
 
 
 def new_verdict(metrics: dict, limit: float) -> str:
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=2, help="benchmark_app seconds per run")
     parser.add_argument("--max-seconds", type=float, default=45, help="benchmark.max_seconds for the new gate")
     args = parser.parse_args()
-    base = load_params()
+    base = rooted(load_params(ROOT / "params.yaml"))
     params = dataclasses.replace(base, benchmark=dataclasses.replace(
         base.benchmark, seconds=args.seconds, max_seconds=args.max_seconds, bf16=False))
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,7 +69,7 @@ def main() -> None:
             pairs = [m["pairs"] for m in runs]
             table.append((name, limit, old, new, min(pairs), max(pairs)))
     ratios = sorted(m["speedup_fps"] for m in fixed)
-    print(f"\n{base.model.weights} at imgsz {base.model.imgsz}; CPU {cpu_flags()}, {os.cpu_count()} cores; "
+    print(f"\n{base.model.weights} at imgsz {base.model.imgsz}; CPU {describe(cpu_info())}, {os.cpu_count()} cores; "
           f"benchmark_app {base.benchmark.hint}, {args.seconds} s runs, {base.benchmark.repeats} pairs first")
     print(f"phase 1 ({args.runs} runs, {base.benchmark.repeats} pairs each): INT8/FP32 ratio median M = {median:.3f}, "
           f"range {ratios[0]:.3f}-{ratios[-1]:.3f}")

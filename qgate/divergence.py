@@ -108,6 +108,35 @@ class LayerStats:
         }
 
 
+class DetectionError:
+    """INT8's error on what becomes detections, per detection: scale-free, whatever the family or output size.
+
+    Each image adds the head's detection error (1 - IoU of the box + squared score change) over the anchors
+    or rows FP32 is confident about, against INT8, and over those INT8 is confident about, against FP32
+    (detections INT8 loses and those it invents), and counts both; `mean` is the sum over the count: 0 for
+    identical outputs, about 1 for a detection lost. Unlike the SQNR of the whole output tensor, background
+    anchors (most of it) weigh nothing.
+    """
+
+    def __init__(self, head, conf: float):
+        self.head, self.conf = head, conf
+        self.total, self.count = 0.0, 0
+
+    def update(self, ref: np.ndarray, test: np.ndarray) -> None:
+        """Add one image's FP32 (`ref`) and INT8 (`test`) head output (the batch dimension removed)."""
+        ref, test = ref.astype(np.float64), test.astype(np.float64)
+        test = np.where(np.isfinite(test), test, 0.0)  # NaN/inf are counted per layer (nan_inf), not here
+        for reference, candidate in ((ref, test), (test, ref)):
+            mask = self.head.confident(reference, self.conf)
+            self.total += self.head.detection_error(candidate, reference, mask)
+            self.count += int(mask.sum())
+
+    @property
+    def mean(self) -> float:
+        """Error per compared detection (0.0 when neither model detects anything on these images)."""
+        return self.total / self.count if self.count else 0.0
+
+
 def sqnr_db(signal_sq: float, noise_sq: float) -> float:
     """10 log10(signal / noise), capped at SQNR_CAP_DB (an exact match)."""
     if noise_sq <= 0:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from qgate.intervals import FAIL, INCONCLUSIVE, PASS, accepted, verdict
+from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, accepted, verdict
 from qgate.io import sha256_file
 from qgate.params import Params
 
@@ -137,9 +137,9 @@ def gates(params: Params) -> list[Gate]:
         Gate("accuracy_per_class_drop", "worst class map50_95 drop", g.max_class_map50_95_drop, "<=", _class_drop),
         Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, "<=", _latency),
         Gate("speed_speedup", "speedup_fps", g.min_speedup, ">=", _speedup),
-        Gate("drift_output_sqnr", "output_sqnr_db", g.min_output_sqnr_db, ">=", _output_sqnr),
+        Gate("drift_detection_error", "detection_error", g.max_detection_error, "<=", _detection_error),
         Gate("drift_nan_inf", "nan_inf_layers", 0, "<=", _nan_inf),
-        Gate("drift_layers_below_floor", "layers_below_sqnr_floor", g.max_layers_below_sqnr_floor, "<=",
+        Gate("drift_layers_below_floor", "layers_below_sqnr_floor_frac", g.max_layers_below_sqnr_floor_frac, "<=",
              _layers_below),
         Gate("structure_op_inventory", "fp32 ops missing from int8", 0, "<=", _inventory),
         Gate("structure_quantized", "fake_quantize_count", 1, ">=", _quantized),
@@ -312,13 +312,20 @@ def _speedup(m: Metrics, limit: float) -> Reading:
             f"interleaved pairs (a busy or throttled machine moves both; raise benchmark.max_seconds for more pairs); "
             f"ops kept float in {m.params.quantize.precision_table}")
     reading = _with_interval(m, path, "speedup_fps", hint)
-    caveat = f"{pairs} benchmark pairs resolve the speed-up to about {(reading.high - reading.low) / 2:.3f}x"
+    cpu = f"{m.value(path, 'cpu_model')} ({m.value(path, 'cpu_isa')})"
+    caveat = (f"{pairs} benchmark pairs on {cpu} resolve the speed-up to about {(reading.high - reading.low) / 2:.3f}x "
+              "(another CPU gives another ratio: AVX2-only INT8 gains less than VNNI or AMX)")
     return dataclasses.replace(reading, caveat=caveat)
 
 
-def _output_sqnr(m: Metrics, limit: float) -> Reading:
+def _detection_error(m: Metrics, limit: float) -> Reading:
     path = m.params.divergence.metrics
-    return Reading(m.number(path, "output_sqnr_db"), _layer_hint(m, m.value(path, "first_divergent_layer")))
+    compared = int(m.number(path, "detections_compared"))
+    hint = (f"{_layer_hint(m, m.value(path, 'first_divergent_layer'))}; the ranking in {m.params.sensitivity.csv} "
+            f"(which quantizers, kept float, remove this error)")
+    caveat = (f"mean of 1 - IoU + squared score change over the {compared} detections FP32 or INT8 makes on "
+              f"{int(m.number(path, 'images'))} images (score >= {m.params.int8_eval.bad_case_conf:g})")
+    return Reading(m.number(path, "detection_error"), hint, caveat=caveat)
 
 
 def _nan_inf(m: Metrics, limit: int) -> Reading:
@@ -326,10 +333,12 @@ def _nan_inf(m: Metrics, limit: int) -> Reading:
     return Reading(int(m.number(path, "nan_inf_layers")), f"the rows with nan_inf > 0 in {m.params.divergence.csv}")
 
 
-def _layers_below(m: Metrics, limit: int) -> Reading:
+def _layers_below(m: Metrics, limit: float) -> Reading:
     path = m.params.divergence.metrics
-    return Reading(int(m.number(path, "layers_below_sqnr_floor")),
-                   _layer_hint(m, m.value(path, "first_divergent_layer")))
+    count, layers = int(m.number(path, "layers_below_sqnr_floor")), int(m.number(path, "layers"))
+    hint = _layer_hint(m, m.value(path, "first_divergent_layer"))
+    return Reading(m.number(path, "layers_below_sqnr_floor_frac"), hint,
+                   caveat=f"{count} of {layers} layers below {m.params.divergence.sqnr_floor_db:g} dB")
 
 
 def _inventory(m: Metrics, limit: int) -> Reading:

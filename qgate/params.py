@@ -1,10 +1,16 @@
-"""Load params.yaml into frozen, typed dataclasses; unknown or misspelled keys are errors."""
+"""params.yaml over qgate's defaults (qgate/defaults.yaml) -> frozen, typed dataclasses.
+
+A params.yaml holds only what it changes. Unknown or misspelled keys are errors ("did you mean"). Output paths
+are fixed (class attributes, not keys); a key an earlier release had for one of them is accepted while it holds
+that path, with a one-line notice. `python -m qgate.resolve` writes every resolved value to
+params.resolved.yaml, which DVC compares per stage.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import re
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -13,12 +19,11 @@ from typing import Any
 
 from qgate.errors import QgateError
 from qgate.io import read_yaml
+from qgate.params_check import check_values
 
 DEFAULT_PARAMS = Path("params.yaml")
-INFERENCE_PRECISIONS = ("f32", "bf16", "f16")
-REGISTRY_NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9-/_]*[a-zA-Z0-9])?")  # gto.constants' artifact/stage rule
-RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5}")  # a Ray client or GCS address: host:port
-MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
+DEFAULTS = Path(__file__).with_name("defaults.yaml")
+REFERENCE = Path("docs/params.md")
 
 
 @dataclass(frozen=True)
@@ -26,7 +31,6 @@ class DemoParams:
     """`demo:` the embedded synthetic dataset and the small YOLOv8n trained on it."""
 
     seed: int
-    data_dir: str
     classes: tuple[str, ...]
     train_images: int
     calib_images: int
@@ -37,8 +41,10 @@ class DemoParams:
     batch: int
     optimizer: str
     lr0: float
-    weights: str
-    metrics: str
+    # outputs: fixed paths, not keys
+    data_dir = "data/demo"
+    weights = "models/demo/yolov8n_demo.pt"
+    metrics = "metrics/demo_train.json"
 
 
 @dataclass(frozen=True)
@@ -57,8 +63,9 @@ class ExportParams:
 
     opset: int
     end2end: bool
-    out_dir: str
-    record: str
+    # outputs: fixed paths, not keys
+    out_dir = "models/export"
+    record = "metrics/export_record.json"
 
 
 @dataclass(frozen=True)
@@ -70,9 +77,10 @@ class BaselineParams:
     conf: float
     iou: float
     max_det: int
-    metrics: str
-    per_class: str
-    detections: str
+    # outputs: fixed paths, not keys
+    metrics = "metrics/baseline.json"
+    per_class = "metrics/baseline_per_class.json"
+    detections = "artifacts/baseline_detections.json"
 
 
 @dataclass(frozen=True)
@@ -106,25 +114,27 @@ class QuantizeParams:
     seed: int
     keep_decode_float: bool
     ignored_scope: IgnoredScopeParams
-    out_dir: str
-    precision_table: str
-    record: str
-    metrics: str
+    # outputs: fixed paths, not keys
+    out_dir = "models/int8"
+    precision_table = "reports/precision_table.csv"
+    record = "metrics/int8_record.json"
+    metrics = "metrics/quantize.json"
 
 
 @dataclass(frozen=True)
 class Int8EvalParams:
     """`int8_eval:` the INT8 IR measured like the baseline, plus the images that changed most."""
 
-    metrics: str
-    per_class: str
-    detections: str
-    bad_cases: str
     bad_case_conf: float
     bad_case_iou: float
     bootstrap_samples: int
     ci_level: float
     seed: int
+    # outputs: fixed paths, not keys
+    metrics = "metrics/int8.json"
+    per_class = "metrics/int8_per_class.json"
+    detections = "artifacts/int8_detections.json"
+    bad_cases = "reports/bad_cases.csv"
 
 
 @dataclass(frozen=True)
@@ -139,8 +149,9 @@ class BenchmarkParams:
     ci_level: float
     batch: int
     bf16: bool
-    report_dir: str
-    metrics: str
+    # outputs: fixed paths, not keys
+    report_dir = "reports/benchmark"
+    metrics = "metrics/benchmark.json"
 
 
 @dataclass(frozen=True)
@@ -154,10 +165,11 @@ class DivergenceParams:
     local_drop_db: float
     concat_range_ratio: float
     top_k: int
-    csv: str
-    table: str
-    plot: str
-    metrics: str
+    # outputs: fixed paths, not keys
+    csv = "reports/divergence.csv"
+    table = "reports/divergence.md"
+    plot = "reports/divergence_sqnr.csv"
+    metrics = "metrics/divergence.json"
 
 
 @dataclass(frozen=True)
@@ -168,9 +180,10 @@ class SensitivityParams:
     conf: float
     rank_quantile: float
     top_k: int
-    csv: str
-    plot: str
-    metrics: str
+    # outputs: fixed paths, not keys
+    csv = "reports/sensitivity.csv"
+    plot = "reports/sensitivity.svg"
+    metrics = "metrics/sensitivity.json"
 
 
 @dataclass(frozen=True)
@@ -180,10 +193,11 @@ class AutofixParams:
     target_drop: float
     max_evaluations: int
     ci_level: float
-    out_dir: str
-    steps: str
-    scope: str
-    metrics: str
+    # outputs: fixed paths, not keys
+    out_dir = "models/int8_fixed"
+    steps = "reports/autofix_steps.csv"
+    scope = "reports/autofix_scope.yaml"
+    metrics = "metrics/autofix.json"
 
 
 @dataclass(frozen=True)
@@ -196,14 +210,15 @@ class GatesParams:
     max_class_map50_95_drop: float | None
     max_latency_ms: float | None
     min_speedup: float
-    min_output_sqnr_db: float
-    max_layers_below_sqnr_floor: int
+    max_detection_error: float
+    max_layers_below_sqnr_floor_frac: float
     confidence: float | None
     inconclusive: str
-    junit: str
-    report_md: str
-    report_html: str
     report_bad_cases: int
+    # outputs: fixed paths, not keys
+    junit = "reports/gates.xml"
+    report_md = "reports/report.md"
+    report_html = "reports/report.html"
 
 
 @dataclass(frozen=True)
@@ -250,143 +265,114 @@ class Params:
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
-    """Read and validate params.yaml; raise QgateError naming the file and the offending key."""
+    """Read and validate params.yaml (defaults for what it leaves out); QgateError names the file and the key."""
     path = Path(path)
     raw = read_yaml(path, "params file not found; run from the project root or pass --params")
+    if raw is None:
+        raw = {}
     if not isinstance(raw, dict):
         raise QgateError(f"{path}: expected a mapping of sections at the top level")
-    params = _build(Params, raw, path, prefix="")
-    _check_values(params, path)
+    retired: list[str] = []
+    params = _build(Params, merged(read_yaml(DEFAULTS, "qgate's defaults are missing; reinstall qgate"), raw), path,
+                    "", retired)
+    check_values(params, path)
+    _notice_retired(path, retired)
     return params
 
 
-def _build(cls: type, raw: Any, path: Path, prefix: str) -> Any:
+def merged(defaults: Any, overrides: Any) -> Any:
+    """`overrides` laid over `defaults`, section by section; a key only `overrides` has stays (to be judged)."""
+    if not isinstance(defaults, dict) or not isinstance(overrides, dict):
+        return defaults if overrides is None and isinstance(defaults, dict) else overrides
+    return {**defaults, **{name: merged(defaults.get(name), value) for name, value in overrides.items()}}
+
+
+_NOTICED: set[str] = set()
+
+
+def _notice_retired(path: Path, retired: list[str]) -> None:
+    """One line per file and process: keys an earlier release had, holding the value it shipped."""
+    if retired and str(path) not in _NOTICED:
+        _NOTICED.add(str(path))
+        print(f"note: {path}: {len(retired)} keys are no longer params and hold the values qgate shipped, so they "
+              f"are ignored; delete them (docs/params.md): {', '.join(retired)}", file=sys.stderr)
+
+
+def _build(cls: type, raw: Any, path: Path, prefix: str, retired: list[str]) -> Any:
     if not isinstance(raw, dict):
         raise QgateError(f"{path}: '{prefix.rstrip('.')}' must be a mapping")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    for key in raw:
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(names)}"
-            raise QgateError(f"{path}: unknown key '{prefix}{key}'{hint}")
+    for name in raw:
+        if name not in names:
+            _retired_or_unknown(cls, str(name), raw[name], names, path, prefix, retired)
     values = {}
     for name in names:
         if name not in raw:
-            raise QgateError(f"{path}: missing key '{prefix}{name}'; add it (see the README's params table)")
-        values[name] = _coerce(hints[name], raw[name], path, f"{prefix}{name}")
+            raise QgateError(f"{DEFAULTS}: no default for '{prefix}{name}'; set it in {path}")
+        values[name] = _coerce(hints[name], raw[name], path, f"{prefix}{name}", retired)
     return cls(**values)
 
 
-def _coerce(hint: Any, value: Any, path: Path, key: str) -> Any:
+# Keys earlier releases had, with the value they shipped and what replaced them: the old value is accepted
+# (with the notice), another one is an error naming the replacement, since it can no longer be honoured.
+REPLACED = {
+    "gates.min_output_sqnr_db": (25, "gates.max_detection_error (INT8's error on the detections, not the SQNR "
+                                     "of the whole output tensor, whose background anchors do not matter)"),
+    "gates.max_layers_below_sqnr_floor": (80, "gates.max_layers_below_sqnr_floor_frac (a fraction of the model's "
+                                              "layers: families differ in layer count)"),
+}
+
+
+def _retired_or_unknown(cls: type, name: str, value: Any, names: list[str], path: Path, prefix: str,
+                        retired: list[str]) -> None:
+    if f"{prefix}{name}" in REPLACED:
+        shipped, replacement = REPLACED[f"{prefix}{name}"]
+        if value != shipped:
+            raise QgateError(f"{path}: '{prefix}{name}' is {value!r}, but qgate no longer has this gate; set "
+                             f"{replacement} instead, and delete the key")
+        retired.append(f"{prefix}{name}")
+        return
+    fixed = getattr(cls, name, None)
+    if isinstance(fixed, str):  # an output path, a key until qgate 0.1
+        if value != fixed:
+            raise QgateError(f"{path}: '{prefix}{name}' is {value!r}, but qgate now always writes it to {fixed!r} "
+                             "(output paths are no longer params); delete the key")
+        retired.append(f"{prefix}{name}")
+        return
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(names)}"
+    raise QgateError(f"{path}: unknown key '{prefix}{name}'{hint} (every key: {REFERENCE})")
+
+
+def _coerce(hint: Any, value: Any, path: Path, name: str, retired: list[str]) -> Any:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         if value is None:
             return None
         hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value, path, prefix=f"{key}.")
+        return _build(hint, value, path, f"{name}.", retired)
     if typing.get_origin(hint) is tuple:
         item = typing.get_args(hint)[0]
         if value is None:
             value = []
         if not isinstance(value, list):
-            raise QgateError(f"{path}: '{key}' must be a list")
-        return tuple(_coerce(item, v, path, f"{key}[{i}]") for i, v in enumerate(value))
+            raise QgateError(f"{path}: '{name}' must be a list")
+        return tuple(_coerce(item, v, path, f"{name}[{i}]", retired) for i, v in enumerate(value))
     expected = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}[hint]
     if hint is bool:
         if not isinstance(value, bool):
-            raise QgateError(f"{path}: '{key}' must be true or false, got {value!r}")
+            raise QgateError(f"{path}: '{name}' must be true or false, got {value!r}")
         return value
     if isinstance(value, bool) or not isinstance(value, expected):
-        raise QgateError(f"{path}: '{key}' must be of type {hint.__name__}, got {value!r}")
+        raise QgateError(f"{path}: '{name}' must be of type {hint.__name__}, got {value!r}")
     return hint(value)
 
 
-def _check_values(params: Params, path: Path) -> None:
-    _one_of(path, "baseline.inference_precision", params.baseline.inference_precision, INFERENCE_PRECISIONS)
-    if params.model.imgsz % 32:
-        raise QgateError(f"{path}: 'model.imgsz' is {params.model.imgsz}; use a multiple of 32")
-    for section, key in (("baseline", "conf"), ("baseline", "iou"), ("int8_eval", "bad_case_conf"),
-                         ("int8_eval", "bad_case_iou")):
-        if not 0.0 <= getattr(getattr(params, section), key) <= 1.0:
-            raise QgateError(f"{path}: '{section}.{key}' must be within [0, 1]")
-    if not params.demo.classes:
-        raise QgateError(f"{path}: 'demo.classes' must list at least one class")
-    _one_of(path, "quantize.preset", params.quantize.preset, ("performance", "mixed"))
-    _one_of(path, "quantize.model_type", params.quantize.model_type, ("none", "transformer"))
-    _one_of(path, "benchmark.hint", params.benchmark.hint, ("throughput", "latency"))
-    for key in ("subset_size",):
-        if getattr(params.quantize, key) < 1:
-            raise QgateError(f"{path}: 'quantize.{key}' must be >= 1")
-    if params.divergence.images < 1 or params.divergence.bad_cases < 0:
-        raise QgateError(f"{path}: 'divergence.images' must be >= 1 and 'divergence.bad_cases' >= 0")
-    if not 0.0 <= params.sensitivity.conf <= 1.0 or params.sensitivity.images < 1:
-        raise QgateError(f"{path}: 'sensitivity.conf' must be within [0, 1] and 'sensitivity.images' >= 1")
-    if not 0.0 < params.sensitivity.rank_quantile <= 1.0:
-        raise QgateError(f"{path}: 'sensitivity.rank_quantile' is {params.sensitivity.rank_quantile}; "
-                         "use a value in (0, 1], e.g. 0.1")
-    if params.autofix.max_evaluations < 1:
-        raise QgateError(f"{path}: 'autofix.max_evaluations' is {params.autofix.max_evaluations}; the search needs "
-                         "at least 1 full evaluation of the val split (a few are typical: set 8 or more)")
-    if params.gates.report_bad_cases < 0:
-        raise QgateError(f"{path}: 'gates.report_bad_cases' must be >= 0")
-    if params.benchmark.seconds <= 0 or params.benchmark.repeats < 2 or params.benchmark.batch < 1:
-        raise QgateError(f"{path}: 'benchmark.seconds' must be > 0, 'repeats' >= 2 (an interval needs two pairs) "
-                         f"and 'batch' >= 1; "
-                         f"got {params.benchmark.seconds}, {params.benchmark.repeats}, {params.benchmark.batch}")
-    _check_statistics(params, path)
-    _check_promote(params, path)
-    _check_compute(params.compute, path)
-
-
-def _check_promote(params: Params, path: Path) -> None:
-    """Registry names GTO and DVC accept, and a version bump rule."""
-    for key, value in (("promote.name", params.promote.name), ("promote.stage", params.promote.stage)):
-        if not REGISTRY_NAME.fullmatch(value):
-            raise QgateError(f"{path}: '{key}' is {value!r}; use letters, digits, '-', '_' or '/', starting and "
-                             "ending with a letter or digit (GTO's rule for artifact and stage names)")
-    for key in ("bump", "bump_new_model"):
-        _one_of(path, f"promote.{key}", getattr(params.promote, key), ("patch", "minor", "major"))
-
-
-def _check_compute(compute: ComputeParams, path: Path) -> None:
-    """A known backend, a Ray address Ray can join, and positive sizes."""
-    _one_of(path, "compute.backend", compute.backend, ("local", "ray"))
-    if compute.address is not None and compute.address != "auto" and not RAY_ADDRESS.fullmatch(compute.address):
-        raise QgateError(f"{path}: 'compute.address' is {compute.address!r}; use null (a private Ray instance for "
-                         "this run), auto (the cluster this machine joined) or ray://host:port / host:port")
-    for key in ("workers", "cpus_per_worker", "shard_images"):
-        value = getattr(compute, key)
-        if value is not None and value < 1:
-            raise QgateError(f"{path}: 'compute.{key}' is {value}; use an integer >= 1"
-                             + (" or null (one per CPU the cluster reports)" if key == "workers" else ""))
-    if compute.timeout_s <= 0:
-        raise QgateError(f"{path}: 'compute.timeout_s' is {compute.timeout_s}; use seconds > 0, e.g. 300")
-
-
-def _check_statistics(params: Params, path: Path) -> None:
-    """Interval levels in (0, 1), enough resamples, and the gates judging the level the stages measured."""
-    for key, level in (("int8_eval.ci_level", params.int8_eval.ci_level),
-                       ("benchmark.ci_level", params.benchmark.ci_level),
-                       ("autofix.ci_level", params.autofix.ci_level), ("gates.confidence", params.gates.confidence)):
-        if level is not None and not 0.0 < level < 1.0:
-            raise QgateError(f"{path}: '{key}' is {level}; use a level in (0, 1), e.g. 0.95")
-    if params.int8_eval.bootstrap_samples < MIN_BOOTSTRAP_SAMPLES:
-        raise QgateError(f"{path}: 'int8_eval.bootstrap_samples' is {params.int8_eval.bootstrap_samples}; use at "
-                         f"least {MIN_BOOTSTRAP_SAMPLES} (1000 takes seconds)")
-    _one_of(path, "gates.inconclusive", params.gates.inconclusive, ("fail", "pass"))
-    confidence = params.gates.confidence
-    for key, level in (("int8_eval.ci_level", params.int8_eval.ci_level),
-                       ("benchmark.ci_level", params.benchmark.ci_level)):
-        if confidence is not None and level != confidence:
-            raise QgateError(f"{path}: 'gates.confidence' is {confidence} but '{key}' is {level}: the gates judge "
-                             "the interval the stage measured; set both to the same level")
-    if params.benchmark.max_seconds < params.benchmark.seconds * 2 * params.benchmark.repeats:
-        raise QgateError(f"{path}: 'benchmark.max_seconds' is {params.benchmark.max_seconds}, less than its "
-                         f"{params.benchmark.repeats} first pairs take (2 x {params.benchmark.repeats} x "
-                         f"{params.benchmark.seconds} s); raise it")
-
-
-def _one_of(path: Path, key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise QgateError(f"{path}: '{key}' is {value!r}; use one of {', '.join(allowed)}")
+def as_dict(value: Any) -> Any:
+    """Params (or a section) as plain YAML data: every key with its resolved value, tuples as lists."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: as_dict(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple):
+        return [as_dict(item) for item in value]
+    return value

@@ -13,12 +13,12 @@ import yaml
 
 from qgate.autofix_search import STEP_COLUMNS, Search, meets_target
 from qgate.cli import run_stage
-from qgate.compute import open_executor
+from qgate.backends import open_executor
 from qgate.errors import QgateError
 from qgate.io import atomic_dir, read_json, sha256_file, write_csv, write_json, write_text
 from qgate.mixed import ignored_names, quantizer_groups, revert
 from qgate.params import Params
-from qgate.pipeline import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, require_int8_ir, require_output
+from qgate.artifacts import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, require_int8_ir, require_output
 
 log = logging.getLogger(__name__)
 

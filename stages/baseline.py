@@ -6,10 +6,11 @@ import logging
 from pathlib import Path
 
 from qgate.cli import run_stage
-from qgate.compute import open_executor
+from qgate.backends import open_executor
 from qgate.io import write_json
 from qgate.params import Params
-from qgate.pipeline import evaluate_ir, export_record, fp32_ir
+from qgate.artifacts import export_record, fp32_ir
+from qgate.pipeline import evaluate_ir
 
 log = logging.getLogger(__name__)
 
@@ -23,13 +24,13 @@ def main(params: Params) -> dict:
     log.info("[1/1] baseline")
     with open_executor(params.compute) as executor:
         result = evaluate_ir(params, fp32_ir(params), record, executor)
+    # no timings here: int8_eval depends on this file, and a wall-clock field would re-run it for nothing
     metrics = {
         "map50_95": round(result.map50_95, 5),
         "map50": round(result.map50, 5),
         "images": result.images,
         "instances": result.instances,
         "detections": len(result.detections),
-        "images_per_second": round(result.images_per_second, 2),
         "inference_precision": result.precision,
         "requested_precision": cfg.inference_precision,
         "model_sha256": record["model_sha256"],

@@ -13,11 +13,12 @@ from pathlib import Path
 import openvino as ov
 
 from qgate.cli import run_stage
+from qgate.cpu import cpu_info
 from qgate.errors import QgateError
 from qgate.intervals import Interval, ratio_interval
-from qgate.io import read_json, write_json
+from qgate.io import read_json, sha256_file, write_json
 from qgate.params import BenchmarkParams, Params
-from qgate.pipeline import export_record, fixed_ir, fp32_ir, int8_ir, int8_ir_sha256, require_int8_ir
+from qgate.artifacts import export_record, fixed_ir, fp32_ir, int8_ir, int8_ir_sha256, require_int8_ir
 from qgate.runtime import compile_model, measured_precision
 
 log = logging.getLogger(__name__)
@@ -90,9 +91,12 @@ def speedup_interval(results: dict[str, list[dict]], level: float) -> Interval:
 
 
 def fixed_needed(params: Params) -> bool:
-    """Whether autofix wrote a model other than the plain INT8 one (then it is benchmarked too)."""
-    path = Path(params.autofix.metrics)
-    return path.is_file() and bool(read_json(path).get("needed")) and fixed_ir(params).is_file()
+    """Whether autofix wrote a model other than the plain INT8 one (then it is benchmarked too).
+
+    Told by the weights, not by autofix's metrics: a file with timings would re-run this stage for nothing.
+    """
+    fixed = fixed_ir(params).with_suffix(".bin")
+    return fixed.is_file() and sha256_file(fixed) != int8_ir_sha256(params)
 
 
 def bf16_supported(device: str) -> bool:
@@ -155,7 +159,8 @@ def _summarize(results: dict, runs: dict, cfg: BenchmarkParams, record: dict, pa
         "fp32_size_mb": round(fp32_mb, 3), "int8_size_mb": round(int8_mb, 3),
         "compression_ratio": round(fp32_mb / int8_mb, 3),
         "hint": cfg.hint, "seconds": cfg.seconds, "batch": cfg.batch,
-        "device": cfg.device, "model_sha256": record["model_sha256"], "int8_ir_bin_sha256": int8_ir_sha256(params),
+        "device": cfg.device, **cpu_info(),  # the INT8/FP32 ratio is the CPU's as much as the model's
+        "model_sha256": record["model_sha256"], "int8_ir_bin_sha256": int8_ir_sha256(params),
     })
     return metrics
 

@@ -12,12 +12,13 @@ from tqdm import tqdm
 
 from qgate.cli import run_stage
 from qgate.dataset import split_images
-from qgate.divergence import LayerStats, activation_quantizers, instrument, match_layers, sqnr_db
+from qgate.divergence import DetectionError, LayerStats, activation_quantizers, instrument, match_layers, sqnr_db
 from qgate.divergence_table import first_divergent, layer_rows
 from qgate.evaluator import image_tensor
+from qgate.heads import head_for
 from qgate.io import write_csv, write_json, write_text
 from qgate.params import Params
-from qgate.pipeline import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
+from qgate.artifacts import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
 from qgate.runtime import compile_model
 
 log = logging.getLogger(__name__)
@@ -41,16 +42,21 @@ def main(params: Params) -> dict:
     keys = match_layers(fp32, int8, str(fp32_ir(params)), str(int8_path))
     images = choose_images(params, record)
     log.info("[1/2] divergence: %d layers, %d images", len(keys), len(images))
-    stats, quantizers, output_stats, instrumentation = _capture(params, fp32, int8, keys, images)
+    stats, quantizers, output_stats, instrumentation, detections = _capture(params, fp32, int8, keys, images,
+                                                                            head_for(record))
     log.info("[2/2] divergence: ranking layers")
     rows = layer_rows(fp32, int8, keys, stats, quantizers, cfg.concat_range_ratio)
     first = first_divergent(rows, cfg.local_drop_db)
+    below_floor = sum(r["sqnr_db"] < cfg.sqnr_floor_db for r in rows)
     metrics = {
+        "detection_error": round(detections.mean, 5),
+        "detections_compared": detections.count,
         "output_sqnr_db": output_stats.row()["sqnr_db"],
         "min_layer_sqnr_db": min(r["sqnr_db"] for r in rows),
         "first_divergent_layer": first["name"] if first else "",
         "first_divergent_local_drop_db": first["local_drop_db"] if first else 0.0,
-        "layers_below_sqnr_floor": sum(r["sqnr_db"] < cfg.sqnr_floor_db for r in rows),
+        "layers_below_sqnr_floor": below_floor,
+        "layers_below_sqnr_floor_frac": round(below_floor / len(rows), 4) if rows else 0.0,
         "nan_inf_layers": sum(r["nan_inf"] > 0 for r in rows),
         "instrumentation_sqnr_db": round(instrumentation, 3),
         "layers": len(rows),
@@ -84,7 +90,7 @@ def choose_images(params: Params, record: dict) -> list[Path]:
     return chosen + [rest[i] for i in sorted(order)]
 
 
-def _capture(params: Params, fp32: ov.Model, int8: ov.Model, keys: list, images: list[Path]):
+def _capture(params: Params, fp32: ov.Model, int8: ov.Model, keys: list, images: list[Path], head):
     precision = params.baseline.inference_precision
     n_outputs = len(fp32.get_results())
     fp32_c, int8_c, plain_c = (compile_model(m, precision, hint="LATENCY", uint8_input=False)
@@ -93,6 +99,7 @@ def _capture(params: Params, fp32: ov.Model, int8: ov.Model, keys: list, images:
     position = {key: n_outputs + i for i, key in enumerate(keys)}
     quantizers = activation_quantizers(int8)
     output_stats, instrumentation_sq = LayerStats(), [0.0, 0.0]
+    detections = DetectionError(head, params.int8_eval.bad_case_conf)
     for path in tqdm(images, desc="divergence", unit="img", leave=False, disable=None):
         tensor = image_tensor(path, params.model.imgsz)
         # share_outputs: views of the requests' own buffers; copies would double the peak memory at 640 px
@@ -105,10 +112,11 @@ def _capture(params: Params, fp32: ov.Model, int8: ov.Model, keys: list, images:
             if key in position:
                 quantizer.update(ref[position[key]])
         output_stats.update(ref[0], plain[0])
+        detections.update(ref[0][0], plain[0][0])
         difference = test[0].astype(np.float64) - plain[0]
         instrumentation_sq[0] += float((plain[0].astype(np.float64) ** 2).sum())
         instrumentation_sq[1] += float((difference ** 2).sum())
-    return stats, quantizers, output_stats, sqnr_db(*instrumentation_sq)
+    return stats, quantizers, output_stats, sqnr_db(*instrumentation_sq), detections
 
 
 def markdown_table(rows: list[dict], first: dict | None, top_k: int, metrics: dict) -> str:

@@ -12,7 +12,7 @@ from qgate.cli import run_stage
 from qgate.heads import decode_ops, output_layout
 from qgate.io import atomic_dir, sha256_file, write_json
 from qgate.params import Params
-from qgate.pipeline import FP32_IR_NAME, op_inventory
+from qgate.artifacts import FP32_IR_NAME, op_inventory
 from qgate.yolo import load_detector, versions
 
 log = logging.getLogger(__name__)

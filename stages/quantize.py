@@ -16,7 +16,7 @@ from qgate.evaluator import image_tensor
 from qgate.heads import decode_ops
 from qgate.io import atomic_dir, write_csv, write_json
 from qgate.params import Params
-from qgate.pipeline import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, model_dataset, op_inventory
+from qgate.artifacts import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, model_dataset, op_inventory
 from qgate.precision import DECODE_RULE, PRECISION_COLUMNS, SCOPE_RULE, precision_table, scope_matches
 
 log = logging.getLogger(__name__)

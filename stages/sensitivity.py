@@ -12,14 +12,14 @@ import openvino as ov
 
 from qgate import group_scores
 from qgate.cli import run_stage
-from qgate.compute import open_executor
+from qgate.backends import open_executor
 from qgate.dataset import split_images
 from qgate.heads import Postprocess, head_for
 from qgate.intervals import resample_indices
 from qgate.io import write_csv, write_json, write_text
 from qgate.mixed import Group, quantizer_groups
 from qgate.params import Params
-from qgate.pipeline import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
+from qgate.artifacts import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
 from qgate.plots import sensitivity_figure, svg_text
 
 log = logging.getLogger(__name__)

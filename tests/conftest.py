@@ -21,6 +21,22 @@ DEMO_CLASSES = ["ellipse", "rectangle", "triangle", "star"]
 
 offline.configure()
 
+CLUSTER_FIXTURES = {"ray_cluster", "client_cluster", "dying_client_servers"}
+MODEL_FIXTURES = {"tiny_weights"}  # and everything built on it (exported_project, quantized_project, ...)
+CLUSTER_TIMEOUT_S = 300  # Ray's own joins and waits are bounded by compute.timeout_s (120 s in these tests)
+
+
+def pytest_collection_modifyitems(items):
+    """Tier marks from what a test uses: `cluster` when it starts Ray, `model` when it builds a tiny model."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & CLUSTER_FIXTURES or item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.cluster)
+            if not item.get_closest_marker("timeout"):
+                item.add_marker(pytest.mark.timeout(CLUSTER_TIMEOUT_S))
+        if used & MODEL_FIXTURES:
+            item.add_marker(pytest.mark.model)
+
 
 def _git_status() -> str:
     return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True,
@@ -113,12 +129,19 @@ def make_dataset(root: Path, images: int = 6, seed: int = 0, classes: int = len(
     return root / "data.yaml"
 
 
+def full_params(path: Path = ROOT / "params.yaml") -> dict:
+    """Every key of a params file with its value (the file's or qgate's default), as plain YAML data to edit."""
+    from qgate.params import as_dict, load_params
+
+    return as_dict(load_params(path))
+
+
 def write_params(project: Path, weights: Path, dataset: Path, imgsz: int = 128, **overrides) -> Path:
     """params.yaml for a project in `project`, based on the repository's, with paths and overrides applied.
 
     Overrides are `section__key=value`, e.g. `quantize__subset_size=2`.
     """
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = full_params()
     params["model"].update(weights=str(weights), dataset=str(dataset), data_dir=str(dataset.parent), imgsz=imgsz)
     params["benchmark"].update(seconds=1, repeats=2, max_seconds=8)  # tiny models: no extra pairs to speak of
     for dotted, value in overrides.items():
@@ -203,3 +226,34 @@ def scale_range(fq, factor: float) -> None:
     for port in range(1, 5):  # input_low, input_high, output_low, output_high
         data = fq.input_value(port).get_node().get_data() * factor
         fq.input(port).replace_source_output(opset.constant(data.astype(np.float32)).output(0))
+
+
+def git(repo: Path, *args: str) -> str:
+    """`git args` in `repo` as a test user; its stdout (a failure fails the test with git's message)."""
+    done = subprocess.run(["git", "-c", "user.name=qgate", "-c", "user.email=qgate@localhost", *args], cwd=repo,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def repo(tmp_path, demo_checkout) -> Path:
+    """A copy of the demo checkout after `dvc repro`, its outputs committed, a bare origin and a DVC remote."""
+    repo = tmp_path / "repo"
+    shutil.copytree(demo_checkout, repo, symlinks=True)
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(tmp_path / "origin.git")], check=True)
+    git(repo, "remote", "add", "origin", str(tmp_path / "origin.git"))
+    dvc(repo, "remote", "add", "-d", "local", str(tmp_path / "dvc-remote"))
+    dvc(repo, "config", "core.analytics", "false")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "pipeline outputs, DVC remote")
+    dvc(repo, "push", "-q")
+    git(repo, "push", "-q", "origin", "HEAD:main")
+    return repo
+
+
+def dvc(repo: Path, *args: str) -> str:
+    """The venv's `dvc args` in `repo`; its stdout (a failure fails the test with DVC's output)."""
+    done = subprocess.run(["dvc", *args], cwd=repo, env=venv_env(), capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout

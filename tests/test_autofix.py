@@ -146,9 +146,9 @@ def demo(tmp_path_factory, demo_checkout) -> Path:
 
 
 def _params(project: Path, **sections) -> None:
-    params = yaml.safe_load((project / "params.yaml").read_text())
+    params = yaml.safe_load((project / "params.yaml").read_text()) or {}
     for section, values in sections.items():
-        params[section].update(values)
+        params.setdefault(section, {}).update(values)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
@@ -194,6 +194,8 @@ def test_an_unreachable_target_reports_the_best_and_fails_the_gate(tmp_path, dem
     gates = _gates(project)
     assert gates.returncode == 1
     assert "autofix did not reach autofix.target_drop -0.5: best drop" in gates.stdout
+    # the fault costs accuracy, and the drift gates see it too (measured: detection error 0.79 vs 0.011 unplanted)
+    assert "FAILED gates/test_gates.py::test_gate[drift_detection_error]" in gates.stdout, gates.stdout[-3000:]
 
 
 def _gates(project: Path) -> subprocess.CompletedProcess:

@@ -49,6 +49,7 @@ def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[st
     return folder / "tiny.pt"
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("family", [pytest.param(f, id=f["name"]) for f in FAMILIES if f.get("supported", True)])
 def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
     weights = tiny_detector(tmp_path / "model", family["yaml"])
@@ -107,6 +108,7 @@ def _every_group_float_is_fp32(project: Path, imgsz: int) -> None:
             assert alone.shape == reference[0].shape and np.isfinite(alone).all(), group.ops[0]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("family", [pytest.param(f, id=f["name"]) for f in FAMILIES if not f.get("supported", True)])
 def test_unsupported_family_is_a_clear_error(tmp_path, family):
     weights = tiny_detector(tmp_path / "model", family["yaml"], builder="RTDETR")
@@ -118,6 +120,7 @@ def test_unsupported_family_is_a_clear_error(tmp_path, family):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # trains YOLO11n (3x slower on AVX2-only CPUs), then the whole pipeline
 def test_a_trained_yolo11n_passes_make_gate_with_default_params(demo_checkout, tmp_path, monkeypatch):
     """YOLO11n trained on the demo data here, default params except model.*: `make gate` runs every stage it
     needs (none of the demo's), the INT8 drop is within the default gate and the report is written."""
@@ -132,7 +135,7 @@ def test_a_trained_yolo11n_passes_make_gate_with_default_params(demo_checkout, t
     weights = train_on_demo_data("yolo11n.yaml", demo, tmp_path / "train")
     checkout = working_tree_copy(tmp_path / "checkout")
     params = yaml.safe_load((checkout / "params.yaml").read_text())
-    params["model"].update(weights=str(weights), dataset=str(dataset), data_dir=str(data_dir))
+    params.setdefault("model", {}).update(weights=str(weights), dataset=str(dataset), data_dir=str(data_dir))
     (checkout / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     done = subprocess.run(["make", "gate"], cwd=checkout, capture_output=True, text=True, timeout=3600)
     int8 = json.loads((checkout / "metrics/int8.json").read_text())

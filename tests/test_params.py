@@ -1,17 +1,21 @@
-"""params.yaml loading: unknown, missing and mistyped keys are one-line errors naming file and key."""
+"""params.yaml loading: defaults for what it leaves out, an earlier release's file still loads, unknown and mistyped
+keys are one-line errors naming file and key, and docs/params.md is generated from the defaults."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
+from qgate import params_reference
 from qgate.errors import QgateError
-from qgate.params import load_params
-from tests.conftest import ROOT, error_line, stage
+from qgate.params import DEFAULTS, REFERENCE, as_dict, load_params
+from tests.conftest import ROOT, error_line, full_params, stage
+
+EARLIER_RELEASE = ROOT / "tests" / "data" / "params_4e6ca4c.yaml"  # output paths were keys; no compute: section
 
 
 def _write(tmp_path, mutate) -> str:
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = full_params()
     mutate(params)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
@@ -32,7 +36,13 @@ def test_repository_params_load():
                      id="misspelled-key"),
         pytest.param(lambda p: p.update(basline={}), "unknown key 'basline'; did you mean 'baseline'?",
                      id="misspelled-section"),
-        pytest.param(lambda p: p["model"].pop("imgsz"), "missing key 'model.imgsz'", id="missing-key"),
+        pytest.param(lambda p: p["gates"].update(min_output_sqnr_db=30),
+                     "'gates.min_output_sqnr_db' is 30, but qgate no longer has this gate; set gates.max_detection_error",
+                     id="replaced-gate-key-with-another-value"),
+        pytest.param(lambda p: p["baseline"].update(metrics="out/baseline.json"),
+                     "'baseline.metrics' is 'out/baseline.json', but qgate now always writes it to "
+                     "'metrics/baseline.json' (output paths are no longer params); delete the key",
+                     id="retired-path-key-with-another-value"),
         pytest.param(lambda p: p["model"].update(imgsz="big"), "'model.imgsz' must be of type int", id="wrong-type"),
         pytest.param(lambda p: p["model"].update(imgsz=250), "use a multiple of 32", id="imgsz-not-stride"),
         pytest.param(lambda p: p["baseline"].update(inference_precision="fp32"), "use one of f32, bf16, f16",
@@ -79,5 +89,58 @@ def test_cli_exits_2_with_one_line(tmp_path):
     path = _write(tmp_path, lambda p: p["export"].update(opsett=17))
     result = stage("export", tmp_path, params=path)
     assert result.returncode == 2
-    assert error_line(result) == (f"error: {path}: unknown key 'export.opsett'; did you mean 'export.opset'?")
+    assert error_line(result) == (f"error: {path}: unknown key 'export.opsett'; did you mean 'export.opset'? "
+                                  "(every key: docs/params.md)")
     assert "Traceback" not in result.stderr
+
+
+def test_an_empty_params_file_is_every_default(tmp_path):
+    (tmp_path / "params.yaml").write_text("")
+    assert as_dict(load_params(tmp_path / "params.yaml")) == yaml.safe_load(DEFAULTS.read_text())
+
+
+def test_a_missing_key_takes_its_default(tmp_path):
+    path = _write(tmp_path, lambda p: p["benchmark"].pop("seconds"))
+    assert load_params(path).benchmark.seconds == yaml.safe_load(DEFAULTS.read_text())["benchmark"]["seconds"]
+
+
+def test_the_shipped_params_set_only_what_differs_or_what_dvc_yaml_reads():
+    shipped = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert sum(len(section) for section in shipped.values()) <= 12
+    assert as_dict(load_params(ROOT / "params.yaml")) == yaml.safe_load(DEFAULTS.read_text())  # the demo's
+
+
+def test_a_params_file_of_an_earlier_release_loads_with_one_notice_and_runs(tmp_path, tiny_weights):
+    earlier = EARLIER_RELEASE.read_text()
+    assert "\ncompute:" not in earlier and "  metrics: metrics/baseline.json" in earlier
+    head, model = earlier.split("\nmodel:\n", 1)
+    model, rest = model.split("\n\n", 1)
+    ours = {"weights": str(tiny_weights), "dataset": str(tmp_path / "data.yaml"), "data_dir": str(tmp_path),
+            "imgsz": 128}  # the model under test here, written into the earlier file's own model: section
+    model = "\n".join(f"  {key}: {ours[key]}" for key in ours)
+    (tmp_path / "params.yaml").write_text(f"{head}\nmodel:\n{model}\n\n{rest}")
+    assert load_params(tmp_path / "params.yaml").compute.backend == "local"  # added since: its default
+    result = stage("export", tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "34 keys are no longer params" in notes[0] and "baseline.metrics" in notes[0]
+    assert "gates.min_output_sqnr_db" in notes[0]  # a replaced gate's key, holding the value it shipped with
+    assert (tmp_path / "metrics" / "export_record.json").is_file()
+
+
+def test_every_key_has_a_meaning_in_the_defaults():
+    docs = params_reference.key_docs(DEFAULTS.read_text())
+    defaults = yaml.safe_load(DEFAULTS.read_text())
+
+    def keys(values: dict, prefix: str = ""):
+        for name, value in values.items():
+            yield f"{prefix}{name}"
+            if isinstance(value, dict):
+                yield from keys(value, f"{prefix}{name}.")
+    missing = [key for key in keys(defaults) if not docs.get(key)]
+    assert not missing, f"{DEFAULTS}: add a comment saying what these mean: {missing}"
+
+
+def test_the_params_reference_is_current():
+    expected = params_reference.reference(DEFAULTS.read_text(), yaml.safe_load((ROOT / "dvc.yaml").read_text()))
+    assert (ROOT / REFERENCE).read_text() == expected, f"{REFERENCE} is stale: run `python -m qgate.params_reference`"

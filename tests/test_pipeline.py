@@ -55,31 +55,56 @@ def test_second_repro_runs_nothing(demo_checkout):
 
 
 @contextmanager
-def _edited_params(checkout: Path, old: str, new: str):
-    """params.yaml with its first `old` replaced by `new` inside the block, restored after it."""
-    params_file = checkout / "params.yaml"
-    original = params_file.read_text()
-    assert old in original, f"{old!r} not found in params.yaml"
+def _edited(checkout: Path, name: str, edit):
+    """`checkout / name` with `edit(text) -> text` applied inside the block; restored after it, params re-resolved."""
+    path = checkout / name
+    original = path.read_text()
     try:
-        params_file.write_text(original.replace(old, new, 1))
+        path.write_text(edit(original))
         yield
     finally:
-        params_file.write_text(original)
+        path.write_text(original)
+        _dvc(checkout, "repro", "params")
+
+
+def _edited_params(checkout: Path, **sections):
+    """params.yaml with `sections` laid over its own, inside the block."""
+    def edit(text: str) -> str:
+        params = yaml.safe_load(text) or {}
+        for name, values in sections.items():
+            params.setdefault(name, {}).update(values)
+        return yaml.safe_dump(params, sort_keys=False)
+    return _edited(checkout, "params.yaml", edit)
+
+
+def _stale_after_resolving(checkout: Path) -> list[str]:
+    """The stages `dvc status` names once the params stage has resolved the new values (it runs in a second)."""
+    resolved = _dvc(checkout, "repro", "params")
+    assert resolved.returncode == 0, resolved.stdout + resolved.stderr
+    status = _dvc(checkout, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    return list(json.loads(status.stdout or "{}"))
 
 
 def test_changing_a_benchmark_param_stales_only_benchmark(demo_checkout):
-    with _edited_params(demo_checkout, "  seconds: 10\n", "  seconds: 11\n"):
-        status = _dvc(demo_checkout, "status", "--json")
-    assert status.returncode == 0, status.stderr
-    assert list(json.loads(status.stdout)) == ["benchmark"], status.stdout
+    with _edited_params(demo_checkout, benchmark={"seconds": 11}):
+        stale = _stale_after_resolving(demo_checkout)
+    assert stale == ["benchmark"]
+
+
+def test_changing_a_default_in_code_stales_only_the_stage_that_reads_it(demo_checkout):
+    with _edited(demo_checkout, "qgate/defaults.yaml", lambda text: text.replace("  seconds: 10 ", "  seconds: 11 ")):
+        assert "  seconds: 11 " in (demo_checkout / "qgate/defaults.yaml").read_text()
+        stale = _stale_after_resolving(demo_checkout)
+    assert stale == ["benchmark"]
 
 
 def test_a_tightened_gate_fails_make_gate_and_reruns_no_stage(demo_checkout):
     """`gates.max_map50_95_drop: -0.05` fails (the whole interval is above it), restoring passes, no stage is stale."""
-    with _edited_params(demo_checkout, "  max_map50_95_drop: 0.01 ", "  max_map50_95_drop: -0.05 "):
-        status = _dvc(demo_checkout, "status", "--json")
+    with _edited_params(demo_checkout, gates={"max_map50_95_drop": -0.05}):
+        stale = _stale_after_resolving(demo_checkout)
         tightened = _make(demo_checkout, "gate")
-    assert json.loads(status.stdout or "{}") == {}, status.stdout
+    assert stale == [], stale  # no stage reads this threshold: only the judge does
     assert tightened.returncode != 0
     assert "FAILED gates/test_gates.py::test_gate[accuracy_map50_95_drop]" in tightened.stdout
     assert "Running stage" not in tightened.stdout
@@ -92,15 +117,14 @@ def test_your_own_model_runs_no_demo_stage(demo_checkout, tmp_path):
     """`make gate`'s stages with model.* pointing elsewhere: neither demo_data nor demo_train would run."""
     theirs = tmp_path / "theirs"
     (theirs / "weights").mkdir(parents=True)
-    params = yaml.safe_load((demo_checkout / "params.yaml").read_text())
-    (theirs / "weights" / "best.pt").write_bytes((demo_checkout / params["demo"]["weights"]).read_bytes())
+    params = load_params(demo_checkout / "params.yaml")
+    (theirs / "weights" / "best.pt").write_bytes((demo_checkout / params.demo.weights).read_bytes())
     data = theirs / "data"
-    subprocess.run(["cp", "-r", str(demo_checkout / params["model"]["data_dir"]), str(data)], check=True)
+    subprocess.run(["cp", "-r", str(demo_checkout / params.model.data_dir), str(data)], check=True)
     spec = yaml.safe_load((data / "demo.yaml").read_text())
     (data / "demo.yaml").write_text(yaml.safe_dump({**spec, "path": str(data)}))
-    with _edited_params(demo_checkout, "model:\n  weights: models/demo/yolov8n_demo.pt\n  dataset: data/demo/demo.yaml"
-                        "\n  data_dir: data/demo\n", f"model:\n  weights: {theirs / 'weights' / 'best.pt'}\n  "
-                        f"dataset: {data / 'demo.yaml'}\n  data_dir: {data}\n"):
+    model = {"weights": str(theirs / "weights" / "best.pt"), "dataset": str(data / "demo.yaml"), "data_dir": str(data)}
+    with _edited_params(demo_checkout, model=model):
         dry = _make(demo_checkout, "repro", "DVC_REPRO_FLAGS=--dry")
     assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
     assert "Running stage 'export'" in dry.stdout  # the model changed: its stages would run ...

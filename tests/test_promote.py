@@ -18,16 +18,9 @@ import yaml
 
 from qgate.io import sha256_file
 from qgate.registry import Version, fields, next_version
-from tests.conftest import ROOT, venv_env, working_tree_copy
+from tests.conftest import ROOT, dvc as _dvc, git, venv_env, working_tree_copy
 
 NAME = yaml.safe_load((ROOT / "params.yaml").read_text())["promote"]["name"]
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-c", "user.name=qgate", "-c", "user.email=qgate@localhost", *args], cwd=repo,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def promote(repo: Path, *flags: str) -> subprocess.CompletedProcess:
@@ -85,28 +78,6 @@ def test_next_version_bumps_by_rule():
 
 # ---- the acceptance, on the demo pipeline's real outputs (slow) ----
 
-@pytest.fixture
-def repo(tmp_path, demo_checkout) -> Path:
-    """A copy of the demo checkout after `dvc repro`, its outputs committed, a bare origin and a DVC remote."""
-    repo = tmp_path / "repo"
-    shutil.copytree(demo_checkout, repo, symlinks=True)
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(tmp_path / "origin.git")], check=True)
-    git(repo, "remote", "add", "origin", str(tmp_path / "origin.git"))
-    _dvc(repo, "remote", "add", "-d", "local", str(tmp_path / "dvc-remote"))
-    _dvc(repo, "config", "core.analytics", "false")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "pipeline outputs, DVC remote")
-    _dvc(repo, "push", "-q")
-    git(repo, "push", "-q", "origin", "HEAD:main")
-    return repo
-
-
-def _dvc(repo: Path, *args: str) -> str:
-    done = subprocess.run(["dvc", *args], cwd=repo, env=venv_env(), capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return done.stdout
-
-
 def _make_promote(repo: Path, *variables: str) -> subprocess.CompletedProcess:
     env = {**venv_env(), "GIT_AUTHOR_NAME": "qgate", "GIT_AUTHOR_EMAIL": "qgate@localhost",
            "GIT_COMMITTER_NAME": "qgate", "GIT_COMMITTER_EMAIL": "qgate@localhost"}
@@ -138,6 +109,7 @@ def test_promote_registers_stages_refuses_and_bumps(repo, tmp_path):
     assert len(tags(repo)) == 2
 
     params = (repo / "params.yaml").read_text()
+    assert "  max_map50_95_drop: 0.01 " in params
     (repo / "params.yaml").write_text(params.replace("  max_map50_95_drop: 0.01 ", "  max_map50_95_drop: -0.5 "))
     git(repo, "commit", "-qam", "tightened gate")
     failed = _make_promote(repo)
@@ -146,7 +118,7 @@ def test_promote_registers_stages_refuses_and_bumps(repo, tmp_path):
     (repo / "params.yaml").write_text(params)
 
     # a new INT8 IR of the same FP32 model: other calibration images -> the next patch version
-    (repo / "params.yaml").write_text(params.replace("  subset_size: 300 ", "  subset_size: 48 "))
+    (repo / "params.yaml").write_text(params + "\nquantize:\n  subset_size: 48\n")
     _dvc(repo, "repro", "export", "baseline", "quantize", "int8_eval", "benchmark", "divergence", "sensitivity",
          "autofix")
     git(repo, "add", "-A")

@@ -66,6 +66,7 @@ def test_only_the_promote_job_writes_and_only_after_the_gate_on_a_push_to_the_de
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # setup, the fast tests, the demo pipeline and promote, all in a fresh clone
 @pytest.mark.skipif(os.environ.get("QGATE_IN_WORKFLOW_TEST") == "1", reason="already inside the workflow test")
 def test_every_run_step_passes_in_a_fresh_clone(tmp_path):
     clone = tmp_path / "clone"

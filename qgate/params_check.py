@@ -1,0 +1,107 @@
+"""Which params values are valid: ranges, choices, and settings that must agree (one-line errors naming the key).
+
+It checks a `qgate.params.Params` and imports nothing from there: the loader calls it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from qgate.errors import QgateError
+
+INFERENCE_PRECISIONS = ("f32", "bf16", "f16")
+REGISTRY_NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9-/_]*[a-zA-Z0-9])?")  # gto.constants' artifact/stage rule
+RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5}")  # a Ray client or GCS address: host:port
+MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
+
+
+def check_values(params: Any, path: Path) -> None:
+    _one_of(path, "baseline.inference_precision", params.baseline.inference_precision, INFERENCE_PRECISIONS)
+    if params.model.imgsz % 32:
+        raise QgateError(f"{path}: 'model.imgsz' is {params.model.imgsz}; use a multiple of 32")
+    for section, key in (("baseline", "conf"), ("baseline", "iou"), ("int8_eval", "bad_case_conf"),
+                         ("int8_eval", "bad_case_iou")):
+        if not 0.0 <= getattr(getattr(params, section), key) <= 1.0:
+            raise QgateError(f"{path}: '{section}.{key}' must be within [0, 1]")
+    if not params.demo.classes:
+        raise QgateError(f"{path}: 'demo.classes' must list at least one class")
+    _one_of(path, "quantize.preset", params.quantize.preset, ("performance", "mixed"))
+    _one_of(path, "quantize.model_type", params.quantize.model_type, ("none", "transformer"))
+    _one_of(path, "benchmark.hint", params.benchmark.hint, ("throughput", "latency"))
+    for key in ("subset_size",):
+        if getattr(params.quantize, key) < 1:
+            raise QgateError(f"{path}: 'quantize.{key}' must be >= 1")
+    if params.divergence.images < 1 or params.divergence.bad_cases < 0:
+        raise QgateError(f"{path}: 'divergence.images' must be >= 1 and 'divergence.bad_cases' >= 0")
+    if not 0.0 <= params.sensitivity.conf <= 1.0 or params.sensitivity.images < 1:
+        raise QgateError(f"{path}: 'sensitivity.conf' must be within [0, 1] and 'sensitivity.images' >= 1")
+    if not 0.0 < params.sensitivity.rank_quantile <= 1.0:
+        raise QgateError(f"{path}: 'sensitivity.rank_quantile' is {params.sensitivity.rank_quantile}; "
+                         "use a value in (0, 1], e.g. 0.1")
+    if params.autofix.max_evaluations < 1:
+        raise QgateError(f"{path}: 'autofix.max_evaluations' is {params.autofix.max_evaluations}; the search needs "
+                         "at least 1 full evaluation of the val split (a few are typical: set 8 or more)")
+    if params.gates.report_bad_cases < 0:
+        raise QgateError(f"{path}: 'gates.report_bad_cases' must be >= 0")
+    if params.benchmark.seconds <= 0 or params.benchmark.repeats < 2 or params.benchmark.batch < 1:
+        raise QgateError(f"{path}: 'benchmark.seconds' must be > 0, 'repeats' >= 2 (an interval needs two pairs) "
+                         f"and 'batch' >= 1; "
+                         f"got {params.benchmark.seconds}, {params.benchmark.repeats}, {params.benchmark.batch}")
+    _check_statistics(params, path)
+    _check_promote(params, path)
+    _check_compute(params.compute, path)
+
+
+def _check_promote(params: Any, path: Path) -> None:
+    """Registry names GTO and DVC accept, and a version bump rule."""
+    for key, value in (("promote.name", params.promote.name), ("promote.stage", params.promote.stage)):
+        if not REGISTRY_NAME.fullmatch(value):
+            raise QgateError(f"{path}: '{key}' is {value!r}; use letters, digits, '-', '_' or '/', starting and "
+                             "ending with a letter or digit (GTO's rule for artifact and stage names)")
+    for key in ("bump", "bump_new_model"):
+        _one_of(path, f"promote.{key}", getattr(params.promote, key), ("patch", "minor", "major"))
+
+
+def _check_compute(compute: Any, path: Path) -> None:
+    """A known backend, a Ray address Ray can join, and positive sizes."""
+    _one_of(path, "compute.backend", compute.backend, ("local", "ray"))
+    if compute.address is not None and compute.address != "auto" and not RAY_ADDRESS.fullmatch(compute.address):
+        raise QgateError(f"{path}: 'compute.address' is {compute.address!r}; use null (a private Ray instance for "
+                         "this run), auto (the cluster this machine joined) or ray://host:port / host:port")
+    for key in ("workers", "cpus_per_worker", "shard_images"):
+        value = getattr(compute, key)
+        if value is not None and value < 1:
+            raise QgateError(f"{path}: 'compute.{key}' is {value}; use an integer >= 1"
+                             + (" or null (one per CPU the cluster reports)" if key == "workers" else ""))
+    if compute.timeout_s <= 0:
+        raise QgateError(f"{path}: 'compute.timeout_s' is {compute.timeout_s}; use seconds > 0, e.g. 300")
+
+
+def _check_statistics(params: Any, path: Path) -> None:
+    """Interval levels in (0, 1), enough resamples, and the gates judging the level the stages measured."""
+    for key, level in (("int8_eval.ci_level", params.int8_eval.ci_level),
+                       ("benchmark.ci_level", params.benchmark.ci_level),
+                       ("autofix.ci_level", params.autofix.ci_level), ("gates.confidence", params.gates.confidence)):
+        if level is not None and not 0.0 < level < 1.0:
+            raise QgateError(f"{path}: '{key}' is {level}; use a level in (0, 1), e.g. 0.95")
+    if params.int8_eval.bootstrap_samples < MIN_BOOTSTRAP_SAMPLES:
+        raise QgateError(f"{path}: 'int8_eval.bootstrap_samples' is {params.int8_eval.bootstrap_samples}; use at "
+                         f"least {MIN_BOOTSTRAP_SAMPLES} (1000 takes seconds)")
+    _one_of(path, "gates.inconclusive", params.gates.inconclusive, ("fail", "pass"))
+    confidence = params.gates.confidence
+    for key, level in (("int8_eval.ci_level", params.int8_eval.ci_level),
+                       ("benchmark.ci_level", params.benchmark.ci_level)):
+        if confidence is not None and level != confidence:
+            raise QgateError(f"{path}: 'gates.confidence' is {confidence} but '{key}' is {level}: the gates judge "
+                             "the interval the stage measured; set both to the same level")
+    if params.benchmark.max_seconds < params.benchmark.seconds * 2 * params.benchmark.repeats:
+        raise QgateError(f"{path}: 'benchmark.max_seconds' is {params.benchmark.max_seconds}, less than its "
+                         f"{params.benchmark.repeats} first pairs take (2 x {params.benchmark.repeats} x "
+                         f"{params.benchmark.seconds} s); raise it")
+
+
+def _one_of(path: Path, key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise QgateError(f"{path}: '{key}' is {value!r}; use one of {', '.join(allowed)}")
