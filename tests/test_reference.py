@@ -146,3 +146,14 @@ def test_only_an_op_that_quantizes_is_named_first_divergent(gated):
     for row in amplifying:
         assert "float op: amplifies the error it inherits" in row["advice"], row
         assert rows[row["error_from"]]["introduces_error"] == "1", row
+
+
+def test_the_drift_gates_pass_when_the_accuracy_gate_does(gated):
+    """The default drift gates hold on a real model: no false alarm when INT8 keeps its accuracy."""
+    _, done = gated
+    results = {line.split()[0]: line.rsplit("  ", 1)[-1].strip() for line in done.stdout.splitlines()
+               if line.split() and line.split()[0].startswith(("accuracy_", "drift_"))}
+    print("reference verdicts:", results)
+    assert "accuracy_map50_95_drop" in results and "drift_detection_error" in results, done.stdout[-3000:]
+    if results["accuracy_map50_95_drop"].startswith("pass"):
+        assert all(results[g].startswith("pass") for g in results if g.startswith("drift_")), results
