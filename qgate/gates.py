@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, accepted, verdict
 from qgate.io import sha256_file
 from qgate.params import Params
+from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, accepted, verdict
 
 
 class MetricsUnavailable(Exception):

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 from qgate import registry, report
+from qgate.artifacts import fixed_ir
 from qgate.cli import run_tool
 from qgate.errors import QgateError
 from qgate.gates import Metrics, Verdict, judge_all
 from qgate.params import Params, load_params
-from qgate.artifacts import fixed_ir
 
 
 def main(params_path: str, push: bool = False) -> int:

@@ -195,7 +195,8 @@ def test_an_unreachable_target_reports_the_best_and_fails_the_gate(tmp_path, dem
     assert gates.returncode == 1
     assert "autofix did not reach autofix.target_drop -0.5: best drop" in gates.stdout
     # the fault costs accuracy, and the drift gates see it too (measured: detection error 0.79 vs 0.011 unplanted)
-    assert "FAILED gates/test_gates.py::test_gate[drift_detection_error]" in gates.stdout, gates.stdout[-3000:]
+    failed = {line.split("[", 1)[1].split("]")[0] for line in gates.stdout.splitlines() if line.startswith("FAILED")}
+    assert {"drift_detection_error", "drift_layers_below_floor"} <= failed, gates.stdout[-3000:]
 
 
 def _gates(project: Path) -> subprocess.CompletedProcess:
@@ -210,7 +211,10 @@ def test_naive_config_fails_with_a_scope_that_makes_the_gate_pass_once_pasted(tm
     project = _copy_demo(demo, tmp_path / "p")
     naive = {"preset": "performance", "keep_decode_float": False,
              "ignored_scope": {"names": [], "patterns": [], "types": [], "subgraphs": []}}
-    _params(project, quantize=naive, benchmark={"seconds": 5, "repeats": 2, "max_seconds": 30})
+    # the gate tighter than the default: on the demo as trained here the naive drop is 0.0166 [0.0078, 0.0265],
+    # whose interval holds the default 0.01 (inconclusive, counted passed); 0.005 it violates whole
+    _params(project, quantize=naive, benchmark={"seconds": 5, "repeats": 2, "max_seconds": 30},
+            gates={"max_map50_95_drop": 0.005}, autofix={"target_drop": 0.003})
     pipeline = ("quantize", "int8_eval", "divergence", "sensitivity", "autofix", "benchmark")
     _run(project, *pipeline)
     failing = _gates(project)
