@@ -3,6 +3,10 @@ keys are one-line errors naming file and key, and docs/params.md is generated fr
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import yaml
 
@@ -110,22 +114,20 @@ def test_the_shipped_params_set_only_what_differs_or_what_dvc_yaml_reads():
     assert as_dict(load_params(ROOT / "params.yaml")) == yaml.safe_load(DEFAULTS.read_text())  # the demo's
 
 
-def test_a_params_file_of_an_earlier_release_loads_with_one_notice_and_runs(tmp_path, tiny_weights):
+def test_a_params_file_of_an_earlier_release_loads_with_one_notice_and_runs(tmp_path):
     earlier = EARLIER_RELEASE.read_text()
     assert "\ncompute:" not in earlier and "  metrics: metrics/baseline.json" in earlier
-    head, model = earlier.split("\nmodel:\n", 1)
-    model, rest = model.split("\n\n", 1)
-    ours = {"weights": str(tiny_weights), "dataset": str(tmp_path / "data.yaml"), "data_dir": str(tmp_path),
-            "imgsz": 128}  # the model under test here, written into the earlier file's own model: section
-    model = "\n".join(f"  {key}: {ours[key]}" for key in ours)
-    (tmp_path / "params.yaml").write_text(f"{head}\nmodel:\n{model}\n\n{rest}")
-    assert load_params(tmp_path / "params.yaml").compute.backend == "local"  # added since: its default
-    result = stage("export", tmp_path)
+    (tmp_path / "params.yaml").write_text(earlier)
+    # the pipeline's first stage (it validates the file and resolves every value the stages read)
+    result = subprocess.run([sys.executable, "-m", "qgate.resolve"], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and "34 keys are no longer params" in notes[0] and "baseline.metrics" in notes[0]
     assert "gates.min_output_sqnr_db" in notes[0]  # a replaced gate's key, holding the value it shipped with
-    assert (tmp_path / "metrics" / "export_record.json").is_file()
+    resolved = yaml.safe_load((tmp_path / "params.resolved.yaml").read_text())
+    assert resolved["compute"]["backend"] == "local"  # added since: its default
+    assert resolved == as_dict(load_params(ROOT / "params.yaml"))  # the same values as this release's file
 
 
 def test_every_key_has_a_meaning_in_the_defaults():
