@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from qgate.cpu import describe
 from qgate.params import BenchmarkParams, ExportParams
 
 
@@ -34,12 +35,12 @@ def current(path: str) -> dict | None:
 def notes(ref: str, base: dict, head: dict) -> list[str]:
     """The caveats for comparing `head`'s metrics with `ref`'s (`base`/`head`: export record and benchmark)."""
     found = []
-    base_model, head_model = (base.get("export") or {}).get("model_sha256"), (head.get("export") or {}).get(
-        "model_sha256")
+    base_export, head_export = base.get("export") or {}, head.get("export") or {}
+    base_model, head_model = base_export.get("model_sha256"), head_export.get("model_sha256")
     if base_model and head_model and base_model != head_model:
-        found.append(f"**{ref} judged another model** ({(base.get('export') or {}).get('weights')}, sha256 "
-                     f"{base_model[:12]}) than this branch ({(head.get('export') or {}).get('weights')}, "
-                     f"{head_model[:12]}): the diff below compares two models, not one model's change.")
+        found.append(f"**{ref} judged another model** ({base_export.get('weights')}, sha256 {base_model[:12]}) "
+                     f"than this branch ({head_export.get('weights')}, {head_model[:12]}): the diff below "
+                     "compares two models, not one model's change.")
     base_cpu, head_cpu = _cpu(base.get("benchmark")), _cpu(head.get("benchmark"))
     if base_cpu != head_cpu:
         found.append(f"**Speed was measured on another CPU**: {ref} on {base_cpu}, this branch on {head_cpu}. "
@@ -51,7 +52,7 @@ def notes(ref: str, base: dict, head: dict) -> list[str]:
 def _cpu(benchmark: dict | None) -> str:
     if not benchmark or "cpu_model" not in benchmark:
         return "an unrecorded CPU"
-    return f"{benchmark['cpu_model']} ({benchmark.get('cpu_isa', 'unknown')})"
+    return describe(benchmark)
 
 
 def main(ref: str) -> list[str]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from qgate.cpu import describe
 from qgate.io import sha256_file
 from qgate.params import Params
 from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, accepted, verdict
@@ -312,7 +313,7 @@ def _speedup(m: Metrics, limit: float) -> Reading:
             f"interleaved pairs (a busy or throttled machine moves both; raise benchmark.max_seconds for more pairs); "
             f"ops kept float in {m.params.quantize.precision_table}")
     reading = _with_interval(m, path, "speedup_fps", hint)
-    cpu = f"{m.value(path, 'cpu_model')} ({m.value(path, 'cpu_isa')})"
+    cpu = describe({key: m.value(path, key) for key in ("cpu_model", "cpu_isa")})
     caveat = (f"{pairs} benchmark pairs on {cpu} resolve the speed-up to about {(reading.high - reading.low) / 2:.3f}x "
               "(another CPU gives another ratio: AVX2-only INT8 gains less than VNNI or AMX)")
     return dataclasses.replace(reading, caveat=caveat)

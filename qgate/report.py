@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from qgate import registry
+from qgate.cpu import describe
 from qgate.errors import QgateError
 from qgate.gates import Metrics, MetricsUnavailable, Verdict, gates
 from qgate.io import write_bytes, write_text
@@ -455,7 +456,7 @@ def measured_on(m: Metrics) -> str:
     """The line under the verdict table naming the CPU the speed was measured on (another CPU, another ratio)."""
     try:
         path = m.params.benchmark.metrics
-        return f"speed measured on {m.value(path, 'cpu_model')} ({m.value(path, 'cpu_isa')})"
+        return f"speed measured on {describe({key: m.value(path, key) for key in ('cpu_model', 'cpu_isa')})}"
     except MetricsUnavailable as exc:
         return f"speed: {exc}"
 
