@@ -16,7 +16,7 @@ TORCH_INDEX := $(VENV)/.torch_index
 PIP := $(BIN)/pip install --disable-pip-version-check -q
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast repro gate report promote lint clean FORCE
+.PHONY: help setup test test-fast inputs repro gate report promote lint clean FORCE
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 22
@@ -52,7 +52,10 @@ test-fast: setup  ## the inner loop (minutes): no training, no pipeline run, no 
 # points at the demo (they are upstream of export then), never for your own detector.
 GATED_STAGES := export baseline quantize int8_eval benchmark divergence sensitivity autofix
 
-repro: setup  ## run the DVC stages the gates need (with the default params: the embedded demo)
+inputs: setup  ## the model and data the gated stages read: here, pulled from the DVC remote, or one line naming them
+	$(BIN)/python -m qgate.inputs $(GATED_STAGES)
+
+repro: inputs  ## run the DVC stages the gates need (with the default params: the embedded demo)
 	$(BIN)/dvc repro $(DVC_REPRO_FLAGS) $(GATED_STAGES)
 
 gate: repro  ## pipeline, then the gates (JUnit XML), the report and a verdict table; non-zero when a gate fails
