@@ -84,6 +84,27 @@ def demo_checkout(tmp_path_factory) -> Path:
     return checkout
 
 
+@pytest.fixture(scope="session")
+def trained_yolo11n(tmp_path_factory, demo_checkout) -> tuple[Path, Path]:
+    """A YOLO11n (a family that is not the demo's v8) trained on the demo data with the `demo:` schedule, once per
+    session: its weights and the data folder it was trained on (a copy of the demo's, its yaml's root is '.')."""
+    from qgate.params import load_params
+    from stages.demo_train import train_on_demo_data
+
+    work = tmp_path_factory.mktemp("yolo11n")
+    data = work / "data"
+    shutil.copytree(demo_checkout / "data" / "demo", data, ignore=shutil.ignore_patterns("*.cache"))
+    spec = yaml.safe_load((data / "demo.yaml").read_text())
+    (data / "demo.yaml").write_text(yaml.safe_dump({**spec, "path": "."}, sort_keys=False))
+    cwd = Path.cwd()
+    os.chdir(demo_checkout)  # the demo's yaml names its folder relative to the project root
+    try:
+        weights = train_on_demo_data("yolo11n.yaml", load_params("params.yaml").demo, work / "train")
+    finally:
+        os.chdir(cwd)
+    return weights, data
+
+
 def stage(name: str, cwd: Path, params: str = "params.yaml") -> subprocess.CompletedProcess:
     """Run `python -m stages.<name>` the way DVC does, in `cwd`; return the finished process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

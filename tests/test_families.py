@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ from qgate import offline
 from qgate.divergence import instrument
 from qgate.evaluator import image_tensor
 from qgate.mixed import quantizer_groups, revert
-from tests.conftest import DEMO_CLASSES, error_line, make_dataset, stage, working_tree_copy, write_params
+from tests.conftest import DEMO_CLASSES, error_line, make_dataset, stage, write_params
 
 FAMILIES_FILE = Path(__file__).resolve().parent / "families.yaml"
 FAMILIES = yaml.safe_load(FAMILIES_FILE.read_text())["families"]
@@ -117,33 +116,3 @@ def test_unsupported_family_is_a_clear_error(tmp_path, family):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "not supported yet" in error_line(result) and "tiny.pt" in error_line(result)
     assert not (tmp_path / "metrics/export_record.json").exists()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(3600)  # trains YOLO11n (3x slower on AVX2-only CPUs), then the whole pipeline
-def test_a_trained_yolo11n_passes_make_gate_with_default_params(demo_checkout, tmp_path, monkeypatch):
-    """YOLO11n trained on the demo data here, default params except model.*: `make gate` runs every stage it
-    needs (none of the demo's), the INT8 drop is within the default gate and the report is written."""
-    from qgate.dataset import load_dataset, ultralytics_yaml
-    from qgate.params import load_params
-    from stages.demo_train import train_on_demo_data
-
-    monkeypatch.chdir(demo_checkout)  # the demo's yaml names its folder relative to the project root
-    demo = load_params("params.yaml").demo
-    data_dir = demo_checkout / demo.data_dir
-    dataset = ultralytics_yaml(load_dataset(data_dir / "demo.yaml"), tmp_path / "data" / "demo.yaml")  # absolute
-    weights = train_on_demo_data("yolo11n.yaml", demo, tmp_path / "train")
-    checkout = working_tree_copy(tmp_path / "checkout")
-    params = yaml.safe_load((checkout / "params.yaml").read_text())
-    params.setdefault("model", {}).update(weights=str(weights), dataset=str(dataset), data_dir=str(data_dir))
-    (checkout / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    done = subprocess.run(["make", "gate"], cwd=checkout, capture_output=True, text=True, timeout=3600)
-    int8 = json.loads((checkout / "metrics/int8.json").read_text())
-    print(f"YOLO11n on the demo: FP32 {int8['baseline_map50_95']:.4f}, INT8 {int8['map50_95']:.4f}, "
-          f"drop {int8['map50_95_drop']:+.4f}")
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "demo_data" not in done.stdout and "demo_train" not in done.stdout
-    assert "Running stage 'sensitivity'" in done.stdout and "PASS: all" in done.stdout
-    assert json.loads((checkout / "metrics/export_record.json").read_text())["head_layout"] == "raw"
-    assert int8["baseline_map50_95"] >= 0.3 and int8["map50_95_drop"] <= params["gates"]["max_map50_95_drop"]
-    assert (checkout / "reports/report.md").read_text().startswith("# qgate report: PASS")
