@@ -16,7 +16,7 @@ TORCH_INDEX := $(VENV)/.torch_index
 PIP := $(BIN)/pip install --disable-pip-version-check -q
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast inputs repro gate report promote lint clean FORCE
+.PHONY: help setup test test-fast inputs repro gate report pull promote lint clean FORCE
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 22
@@ -49,7 +49,7 @@ test-fast: setup  ## the inner loop (minutes): no training, no pipeline run, no 
 	$(BIN)/python -m pytest -m "not slow and not cluster" $(PYTEST_ARGS)
 
 # The stages the gates read, and whatever they need: the demo's data and training run only when model.*
-# points at the demo (they are upstream of export then), never for your own detector.
+# points at the demo (they are upstream of export then), never for your own detector (qgate.gates.GATED_STAGES).
 GATED_STAGES := export baseline quantize int8_eval benchmark divergence sensitivity autofix
 
 inputs: setup  ## the model and data the gated stages read: here, pulled from the DVC remote, or one line naming them
@@ -63,6 +63,10 @@ gate: repro  ## pipeline, then the gates (JUnit XML), the report and a verdict t
 
 report: setup  ## rewrite reports/report.md and report.html from the current metrics (no stage runs)
 	$(BIN)/python -m qgate.report
+
+pull: inputs  ## the gated stages' committed outputs, from the DVC remote (else the DVC cache): what promote registers
+	if [ -n "$$($(BIN)/dvc remote list)" ]; then $(BIN)/dvc pull -q --with-deps $(GATED_STAGES); \
+	else $(BIN)/dvc checkout -q --with-deps $(GATED_STAGES); fi
 
 promote: setup  ## register the INT8 model that passed every gate as a GTO version + stage (PROMOTE_FLAGS=--push)
 	$(BIN)/python -m qgate.promote $(PROMOTE_FLAGS)

@@ -15,6 +15,10 @@ from qgate.io import sha256_file
 from qgate.params import Params
 from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, accepted, verdict
 
+# The DVC stages whose outputs the gates read (the Makefile's GATED_STAGES, checked by tests/test_setup.py):
+# `make gate` runs these and what they need, promote requires them (not the demo's, for your model) up to date.
+GATED_STAGES = ("export", "baseline", "quantize", "int8_eval", "benchmark", "divergence", "sensitivity", "autofix")
+
 
 class MetricsUnavailable(Exception):
     """A metrics file a gate needs is missing, unreadable, incomplete or from another model."""

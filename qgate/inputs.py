@@ -150,6 +150,9 @@ def main(params_path: str, stages: list[str]) -> int:
     model = load_params(params_path).model
     keys = {model.weights: "model.weights", model.dataset: "model.dataset", model.data_dir: "model.data_dir"}
     root = Path.cwd().resolve()
+    for variable in [name for options in CREDENTIALS.values() for name in options]:
+        if not os.environ.get(variable, "x").strip():
+            del os.environ[variable]  # an unset secret arrives empty; adlfs takes "" for a connection string
     with Repo(str(root)) as repo:
         used = store_credentials(repo, dict(os.environ))
         if used:

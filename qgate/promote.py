@@ -19,7 +19,7 @@ from qgate import registry, report
 from qgate.artifacts import fixed_ir
 from qgate.cli import run_tool
 from qgate.errors import QgateError
-from qgate.gates import Metrics, Verdict, judge_all
+from qgate.gates import GATED_STAGES, Metrics, Verdict, judge_all
 from qgate.params import Params, load_params
 
 
@@ -74,7 +74,8 @@ def _require_clean(repo: Path) -> None:
     if dirty:
         raise QgateError(f"{repo}: the work tree is not clean ({len(dirty)} changed, e.g. '{dirty[0][3:]}'); commit "
                          "or stash: a version must name a commit that holds exactly the judged metrics")
-    done = subprocess.run([registry.tool("dvc"), "status", "--json"], cwd=repo,
+    # the gated stages and what they need: a fork's model leaves the demo's stages stale, and that is fine
+    done = subprocess.run([registry.tool("dvc"), "status", "--json", "--with-deps", *GATED_STAGES], cwd=repo,
                           capture_output=True, text=True)
     try:
         stale = json.loads(done.stdout or "null") if done.returncode == 0 else None

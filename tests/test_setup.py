@@ -22,8 +22,17 @@ def make(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 def test_make_help_lists_every_target_with_a_comment():
     done = make(ROOT)
     assert done.returncode == 0, done.stderr
-    for target in ("setup", "test", "test-fast", "repro", "gate", "report", "promote", "lint", "clean", "help"):
+    for target in ("setup", "test", "test-fast", "inputs", "repro", "gate", "report", "pull", "promote", "lint", "clean",
+                   "help"):
         assert f"make {target} " in done.stdout, f"`make help` does not list {target}"
+
+
+def test_the_makefile_runs_the_stages_the_gates_read():
+    from qgate.gates import GATED_STAGES
+
+    done = make(ROOT, "-n", "repro")
+    assert done.returncode == 0, done.stderr
+    assert f"dvc repro  {' '.join(GATED_STAGES)}" in done.stdout, done.stdout  # promote checks the same list
 
 
 @pytest.fixture

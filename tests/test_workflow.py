@@ -220,6 +220,21 @@ def promote_from_the_origin(runner: Path, origin: Path, tmp_path: Path, env: dic
     assert "## Registry" in summary.read_text()
 
 
+def test_the_remote_secrets_reach_only_the_steps_that_store_them_and_are_the_ones_make_inputs_reads():
+    from qgate.inputs import CREDENTIALS
+
+    readable = {name for options in CREDENTIALS.values() for name in options}
+    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    for name, job in jobs.items():
+        for step in job["steps"]:
+            secrets = {key for key, value in step.get("env", {}).items()
+                       if str(value).startswith("${{ secrets.") and key not in ("GITHUB_TOKEN", "QGATE_RAY_ADDRESS")}
+            assert secrets <= readable, (name, secrets - readable)
+            if secrets:
+                assert re.search(r"make (inputs|gate|pull)", step["run"]), (name, step["run"])
+    assert any("make inputs" in step.get("run", "") for step in jobs["gate"]["steps"])
+
+
 def test_the_cluster_gate_runs_by_hand_with_the_address_from_a_secret():
     workflow = yaml.safe_load(WORKFLOW.read_text())
     job = workflow["jobs"]["cluster-gate"]
