@@ -45,8 +45,8 @@ $(STAMP): requirements.txt $(TORCH_INDEX)
 test: setup  ## every test (what CI runs): unit, tiny models, Ray, the pipeline, the workflow, the reference
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: setup  ## the inner loop (minutes): no training, no pipeline run, no Ray (docs/testing.md)
-	$(BIN)/python -m pytest -m "not slow and not cluster" $(PYTEST_ARGS)
+test-fast: setup  ## the inner loop (minutes): no model built, no training, no pipeline run, no Ray (docs/testing.md)
+	$(BIN)/python -m pytest -m "not slow and not cluster and not model" $(PYTEST_ARGS)
 
 # The stages the gates read, and whatever they need: the demo's data and training run only when model.*
 # points at the demo (they are upstream of export then), never for your own detector (qgate.gates.GATED_STAGES).
