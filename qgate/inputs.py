@@ -73,13 +73,27 @@ def _outermost(paths: list[Path]) -> list[Path]:
     return [path for path in paths if not any(path != other and path.is_relative_to(other) for other in paths)]
 
 
-def describe(paths: list[Path], root: Path, keys: dict[str, str]) -> str:
+def describe(paths: list[Path], root: Path, keys: dict[Path, str]) -> str:
     """'models/own/detector.pt (model.weights), data/own (model.data_dir)': paths as a user wrote them."""
     def one(path: Path) -> str:
         shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-        key = keys.get(shown) or keys.get(str(path))
-        return f"{shown} ({key})" if key else shown
+        return f"{shown} ({keys[path]})" if path in keys else shown
     return ", ".join(one(path) for path in paths)
+
+
+def model_keys(params_path: str, root: Path) -> dict[Path, str]:
+    """The files `model:` names, by absolute path -> their params key."""
+    model = load_params(params_path).model
+    named = {"model.weights": model.weights, "model.dataset": model.dataset, "model.data_dir": model.data_dir}
+    return {(root / value).resolve(): key for key, value in named.items()}
+
+
+def drop_empty_secrets() -> None:
+    """Unset the CREDENTIALS variables that are empty: an unset repository secret reaches a step as "", which
+    adlfs takes for a (blank) connection string and azure-identity for a client id."""
+    for variable in [name for options in CREDENTIALS.values() for name in options]:
+        if not os.environ.get(variable, "x").strip():
+            del os.environ[variable]
 
 
 def remote_text(repo) -> str | None:
@@ -147,12 +161,9 @@ def main(params_path: str, stages: list[str]) -> int:
     """Check and fetch the inputs of `stages`; 0 when every one is in the checkout afterwards."""
     from dvc.repo import Repo
 
-    model = load_params(params_path).model
-    keys = {model.weights: "model.weights", model.dataset: "model.dataset", model.data_dir: "model.data_dir"}
     root = Path.cwd().resolve()
-    for variable in [name for options in CREDENTIALS.values() for name in options]:
-        if not os.environ.get(variable, "x").strip():
-            del os.environ[variable]  # an unset secret arrives empty; adlfs takes "" for a connection string
+    keys = model_keys(params_path, root)
+    drop_empty_secrets()
     with Repo(str(root)) as repo:
         used = store_credentials(repo, dict(os.environ))
         if used:
@@ -165,7 +176,7 @@ def main(params_path: str, stages: list[str]) -> int:
                              f"`dvc add` it, commit the .dvc file, set a DVC remote and `dvc push` ({HOW_TO})")
         if missing:
             pull(repo, missing, describe(_outermost([item.path for item in missing]), root, keys))
-    yours = [item.path for item in inputs if item.tracked_by or describe([item.path], root, keys).endswith(")")]
+    yours = [item.path for item in inputs if item.tracked_by or item.path in keys]
     log.info("inputs: every file the gated stages read is here%s",
              f": {describe(yours, root, keys)}" if yours else " or made by the pipeline (the demo)")
     return 0
