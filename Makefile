@@ -53,7 +53,7 @@ test-fast: setup  ## the inner loop (minutes): no model built, no training, no p
 GATED_STAGES := export baseline quantize int8_eval benchmark divergence sensitivity autofix
 
 inputs: setup  ## the model and data the gated stages read: here, pulled from the DVC remote, or one line naming them
-	$(BIN)/python -m qgate.inputs $(GATED_STAGES)
+	$(BIN)/python -m qgate.inputs
 
 repro: inputs  ## run the DVC stages the gates need (with the default params: the embedded demo)
 	$(BIN)/dvc repro $(DVC_REPRO_FLAGS) $(GATED_STAGES)

@@ -26,18 +26,14 @@ def run_stage(main: Callable[[Params], dict[str, Any]], description: str) -> Non
     print(json.dumps(metrics, indent=2))
 
 
-def run_tool(main: Callable[..., int], description: str, switches: dict[str, str] | None = None,
-             positional: tuple[str, str] | None = None) -> int:
+def run_tool(main: Callable[..., int], description: str, switches: dict[str, str] | None = None) -> int:
     """Run a non-stage tool (gates, report, promote) on the `--params` file; bad input is one line and exit 2.
 
-    `switches` are extra on/off flags (`{"push": "help text"}`), passed to `main` as keyword booleans;
-    `positional` is (name, help) of one or more words passed to `main` as a keyword list.
+    `switches` are extra on/off flags (`{"push": "help text"}`), passed to `main` as keyword booleans.
     """
     parser = _parser(description)
     for name, help_text in (switches or {}).items():
         parser.add_argument(f"--{name}", action="store_true", help=help_text)
-    if positional:
-        parser.add_argument(positional[0], nargs="+", help=positional[1])
     args = vars(_parse(parser))
     params_path = args.pop("params")
     try:

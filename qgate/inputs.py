@@ -1,7 +1,7 @@
 """The files the gated stages read that no stage makes (your weights and data): found, pulled, or named as missing.
 
-`python -m qgate.inputs STAGE...` (`make inputs`, and the first thing `make gate` does) walks the DVC stages named
-and everything upstream of them. A dependency that a pipeline stage makes (the demo's data and model, the IRs) is
+`python -m qgate.inputs` (`make inputs`, and the first thing `make gate` does) walks the stages the gates read
+(qgate.gates.GATED_STAGES) and everything upstream of them. A dependency that a pipeline stage makes (the demo's data and model, the IRs) is
 the pipeline's business. Any other dependency missing from the checkout is pulled from the DVC remote when a `.dvc`
 file tracks it; when it cannot be had, one line names the missing paths, their params keys and what to set up,
 before any stage runs (a missing model must never turn into a retrain or a traceback ten minutes in).
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from qgate.cli import run_tool
 from qgate.errors import QgateError
+from qgate.gates import GATED_STAGES
 from qgate.params import load_params
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class Input:
     tracked_by: str | None
 
 
-def external_inputs(repo, stage_names: list[str]) -> list[Input]:
+def external_inputs(repo, stage_names: tuple[str, ...]) -> list[Input]:
     """The dependencies of the named stages and their upstream stages that no pipeline stage makes."""
     import networkx as nx
     from dvc.dependency.param import ParamsDependency
@@ -157,7 +158,7 @@ def pull(repo, missing: list[Input], named: str) -> None:
     log.info("pulled from %s: %s", remote, named)
 
 
-def main(params_path: str, stages: list[str]) -> int:
+def main(params_path: str, stages: tuple[str, ...] = GATED_STAGES) -> int:
     """Check and fetch the inputs of `stages`; 0 when every one is in the checkout afterwards."""
     from dvc.repo import Repo
 
@@ -184,4 +185,4 @@ def main(params_path: str, stages: list[str]) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")
-    sys.exit(run_tool(main, __doc__.splitlines()[0], positional=("stages", "DVC stages whose inputs to fetch")))
+    sys.exit(run_tool(main, __doc__.splitlines()[0]))
