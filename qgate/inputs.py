@@ -1,8 +1,8 @@
 """The files the gated stages read that no stage makes (your weights and data): found, pulled, or named as missing.
 
 `python -m qgate.inputs` (`make inputs`, and the first thing `make gate` does) walks the stages the gates read
-(qgate.gates.GATED_STAGES) and everything upstream of them. A dependency that a pipeline stage makes (the demo's data and model, the IRs) is
-the pipeline's business. Any other dependency missing from the checkout is pulled from the DVC remote when a `.dvc`
+(qgate.gates.GATED_STAGES) and everything upstream of them. A dependency that a pipeline stage makes (the demo's
+data and model, the IRs) is the pipeline's business. Any other dependency missing from the checkout is pulled from the DVC remote when a `.dvc`
 file tracks it; when it cannot be had, one line names the missing paths, their params keys and what to set up,
 before any stage runs (a missing model must never turn into a retrain or a traceback ten minutes in).
 """
@@ -97,20 +97,22 @@ def drop_empty_secrets() -> None:
             del os.environ[variable]
 
 
+def default_remote(repo) -> tuple[str, str] | None:
+    """(name, url) of the DVC remote `dvc pull` uses; None when none is configured."""
+    name = repo.config["core"].get("remote")
+    return (name, repo.config["remote"].get(name, {}).get("url", "?")) if name else None
+
+
 def remote_text(repo) -> str | None:
     """"the DVC remote 'name' (url)" of the default remote; None when none is configured."""
-    name = repo.config["core"].get("remote")
-    if not name:
-        return None
-    url = repo.config["remote"].get(name, {}).get("url", "?")
-    return f"the DVC remote '{name}' ({url})"
+    remote = default_remote(repo)
+    return f"the DVC remote '{remote[0]}' ({remote[1]})" if remote else None
 
 
 def store_credentials(repo, environ: dict[str, str]) -> list[str]:
     """Set the default remote's credentials from non-empty `environ` variables (CREDENTIALS) in .dvc/config.local,
     which git ignores, so every later DVC command of the job has them; the variables used."""
-    name = repo.config["core"].get("remote")
-    url = repo.config["remote"].get(name, {}).get("url", "") if name else ""
+    name, url = default_remote(repo) or ("", "")
     options = CREDENTIALS.get(url.split("://")[0] if "://" in url else "", {})
     used = [variable for variable in options if environ.get(variable, "").strip()]
     if not used:
