@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qgate.errors import QgateError
-from qgate.gates import Metrics, active_gates
+from qgate.gates import Metrics, Verdict, active_gates, judge_all
 from qgate.params import DEFAULT_PARAMS, Params, load_params
 
 
@@ -27,6 +27,10 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.fixture(scope="session")
-def metrics(request) -> Metrics:
-    """The metrics files, read once for all gates."""
-    return Metrics(_params(request.config))
+def verdicts(request) -> dict[str, Verdict]:
+    """Every active gate's verdict: the ones `qgate.judge` computed (its `judged_verdicts`), else judged here once."""
+    try:
+        return request.getfixturevalue("judged_verdicts")
+    except pytest.FixtureLookupError:
+        params = _params(request.config)
+        return {v.gate: v for v in judge_all(params, Metrics(params))}

@@ -9,7 +9,7 @@ from qgate.intervals import PairedScorer, difference
 from qgate.mixed import ignored_names, revert
 from qgate.params import Params
 from qgate.pipeline import evaluate_ir
-from qgate.verdicts import accepted, verdict
+from qgate.verdicts import decide
 
 log = logging.getLogger(__name__)
 
@@ -19,9 +19,10 @@ STEP_COLUMNS = ["evaluation", "tried", "groups_float", "ops_float", "map50_95", 
 
 
 def meets_target(params: Params, drop: float, low: float, high: float) -> bool:
-    """Whether a drop meets autofix.target_drop the way the accuracy gate judges its limit (gates.confidence)."""
+    """Whether a drop meets autofix.target_drop the way the accuracy gate judges its limit (gates.confidence and
+    gates.inconclusive: under `point`, autofix aims at the target by the point estimate)."""
     g = params.gates
-    return accepted(verdict("<=", drop, low, high, params.autofix.target_drop, g.confidence), g.inconclusive)
+    return decide("<=", drop, low, high, params.autofix.target_drop, g.confidence, g.inconclusive)[1]
 
 
 class Search:

@@ -13,11 +13,14 @@ from typing import Any, Callable
 from qgate.cpu import describe
 from qgate.io import sha256_file
 from qgate.params import Params
-from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, accepted, verdict
+from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, decide, samples_to_resolve
 
 # The DVC stages whose outputs the gates read (the Makefile's GATED_STAGES, checked by tests/test_setup.py):
 # `make gate` runs these and what they need, promote requires them (not the demo's, for your model) up to date.
 GATED_STAGES = ("export", "baseline", "quantize", "int8_eval", "benchmark", "divergence", "sensitivity", "autofix")
+
+
+PAIRS = "benchmark pairs"  # the speed-up's samples: more of them need a larger benchmark.max_seconds
 
 
 class MetricsUnavailable(Exception):
@@ -26,16 +29,20 @@ class MetricsUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Verdict:
-    """One gate's outcome: what was measured (with its interval), against which limit, and what to look at."""
+    """One gate's outcome: what was measured (with its interval), against which limit, and what to do about it."""
 
     gate: str
     metric: str
     value: str
     limit: str
     passed: bool
-    message: str
+    message: str  # the whole verdict in one line: pytest's failure text and the JUnit XML
     state: str = PASS  # pass | fail | inconclusive (the limit lies inside the measured interval)
     interval: str = ""  # '[low, high] (95%)' when the gate decided on an interval
+    label: str = ""  # what the value measures, with its unit: the terminal table's and the report's column
+    hint: str = ""  # where to look and what to paste (autofix's scope block spans lines)
+    caveat: str = ""  # what the data resolves, shown whatever the verdict
+    undecided: str = ""  # for an inconclusive verdict: how it was counted and what would resolve it
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,8 @@ class Reading:
     high: float | None = None
     level: float | None = None
     caveat: str = ""  # e.g. "100 images resolve drops of about 0.008": shown whatever the verdict
+    samples: int = 0  # how many images (or benchmark pairs) the interval comes from
+    sample_unit: str = "images"
 
 
 class Metrics:
@@ -66,6 +75,10 @@ class Metrics:
             params.sensitivity.csv: "sensitivity", params.autofix.metrics: "autofix", params.autofix.scope: "autofix",
             params.autofix.steps: "autofix", params.int8_eval.bad_cases: "int8_eval",
         }
+
+    def paths(self) -> list[str]:
+        """Every file the gates read (the stages' metrics and tables), in a stable order."""
+        return sorted(self._producers)
 
     def rerun(self, path: str) -> str:
         """The command that rewrites `path`."""
@@ -130,26 +143,34 @@ class Gate:
     limit: Any
     direction: str  # "<=": the value must not exceed the limit; ">=": it must reach it
     read: Callable[["Metrics", Any], Reading]
+    label: str = ""  # what the metric measures, with its unit, for people
 
 
 def gates(params: Params) -> list[Gate]:
     """Every gate, in report order; optional ones whose threshold is null have `limit` None."""
     g = params.gates
     return [
-        Gate("accuracy_map50_95_drop", "map50_95_drop", g.max_map50_95_drop, "<=", _map_drop),
-        Gate("accuracy_map50_95_drop_rel", "map50_95_drop_rel", g.max_map50_95_drop_rel, "<=", _map_drop_rel),
-        Gate("accuracy_int8_map50_95_floor", "int8 map50_95", g.min_int8_map50_95, ">=", _map_floor),
-        Gate("accuracy_per_class_drop", "worst class map50_95 drop", g.max_class_map50_95_drop, "<=", _class_drop),
-        Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, "<=", _latency),
-        Gate("speed_speedup", "speedup_fps", g.min_speedup, ">=", _speedup),
-        Gate("drift_detection_error", "detection_error", g.max_detection_error, "<=", _detection_error),
-        Gate("drift_nan_inf", "nan_inf_layers", 0, "<=", _nan_inf),
+        Gate("accuracy_map50_95_drop", "map50_95_drop", g.max_map50_95_drop, "<=", _map_drop,
+             "mAP50-95 drop, FP32 - INT8"),
+        Gate("accuracy_map50_95_drop_rel", "map50_95_drop_rel", g.max_map50_95_drop_rel, "<=", _map_drop_rel,
+             "mAP50-95 drop / FP32 mAP50-95"),
+        Gate("accuracy_int8_map50_95_floor", "int8 map50_95", g.min_int8_map50_95, ">=", _map_floor,
+             "INT8 mAP50-95"),
+        Gate("accuracy_per_class_drop", "worst class map50_95 drop", g.max_class_map50_95_drop, "<=", _class_drop,
+             "worst class's mAP50-95 drop"),
+        Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, "<=", _latency, "INT8 median latency, ms"),
+        Gate("speed_speedup", "speedup_fps", g.min_speedup, ">=", _speedup, "INT8 / FP32 throughput, x"),
+        Gate("drift_detection_error", "detection_error", g.max_detection_error, "<=", _detection_error,
+             "error per detection"),
+        Gate("drift_nan_inf", "nan_inf_layers", 0, "<=", _nan_inf, "layers with NaN or Inf"),
         Gate("drift_layers_below_floor", "layers_below_sqnr_floor_frac", g.max_layers_below_sqnr_floor_frac, "<=",
-             _layers_below),
-        Gate("structure_op_inventory", "fp32 ops missing from int8", 0, "<=", _inventory),
-        Gate("structure_quantized", "fake_quantize_count", 1, ">=", _quantized),
-        Gate("structure_ignored_scope_float", "ignored ops not float", 0, "<=", _ignored_float),
-        Gate("provenance_same_model", "files from another model", 0, "<=", _provenance),
+             _layers_below, "layers below the SQNR floor"),
+        Gate("structure_op_inventory", "fp32 ops missing from int8", 0, "<=", _inventory, "FP32 ops missing in INT8"),
+        Gate("structure_quantized", "fake_quantize_count", 1, ">=", _quantized, "FakeQuantize ops in INT8"),
+        Gate("structure_ignored_scope_float", "ignored ops not float", 0, "<=", _ignored_float,
+             "ignored ops not in float"),
+        Gate("provenance_same_model", "files from another model", 0, "<=", _provenance,
+             "files from another model"),
     ]
 
 
@@ -164,24 +185,39 @@ def judge(gate: Gate, metrics: Metrics) -> Verdict:
     try:
         reading = gate.read(metrics, gate.limit)
     except MetricsUnavailable as exc:
-        return Verdict(gate.name, gate.metric, "unavailable", limit_text, False, f"{gate.name}: {exc}", FAIL)
+        return Verdict(gate.name, gate.metric, "unavailable", limit_text, False, f"{gate.name}: {exc}", FAIL,
+                       label=gate.label, hint=str(exc))
     g = metrics.params.gates
-    state = verdict(gate.direction, reading.value, reading.low, reading.high, gate.limit, g.confidence)
-    passed = accepted(state, g.inconclusive)
+    state, passed = decide(gate.direction, reading.value, reading.low, reading.high, gate.limit, g.confidence,
+                           g.inconclusive)
     interval = (f"[{_fmt(reading.low)}, {_fmt(reading.high)}] ({reading.level:.0%})"
                 if reading.low is not None and reading.level is not None else "")
     measured = f"{gate.metric} = {_fmt(reading.value)}" + (f" {interval}" if interval else "")
     relation = {PASS: "within", FAIL: "violates", INCONCLUSIVE: "is inconclusive against"}[state]
     message = f"{gate.name}: {measured} {relation} limit {limit_text}"
-    if state == INCONCLUSIVE:
-        counted = "passed" if passed else "failed"
-        message += (f" (the limit lies inside the {reading.level:.0%} interval; counted as {counted} by "
-                    f"gates.inconclusive: {g.inconclusive})")
+    undecided = _undecided(reading, gate.limit, passed, g.inconclusive) if state == INCONCLUSIVE else ""
+    if undecided:
+        message += f" ({undecided})"
     if reading.caveat:
         message += f". {reading.caveat}"
-    if not passed or state == INCONCLUSIVE:
-        message += f". Look at: {reading.hint}"
-    return Verdict(gate.name, gate.metric, _fmt(reading.value), limit_text, passed, message, state, interval)
+    hint = reading.hint if not passed or state == INCONCLUSIVE else ""
+    if hint:
+        message += f". Look at: {hint}"
+    return Verdict(gate.name, gate.metric, _fmt(reading.value), limit_text, passed, message, state, interval,
+                   gate.label, hint, reading.caveat, undecided)
+
+
+def _undecided(reading: Reading, limit: float, passed: bool, policy: str) -> str:
+    """How an inconclusive verdict was counted, and about how many samples would decide it."""
+    counted = "passed" if passed else "failed"
+    how = (f"decided by its point estimate: {counted} (gates.inconclusive: point)" if policy == "point"
+           else f"counted as {counted} by gates.inconclusive: {policy}")
+    text = f"the limit lies inside the {reading.level:.0%} interval; {how}"
+    if reading.samples:
+        needed = samples_to_resolve(reading.value, reading.low, reading.high, limit, reading.samples)
+        text += (f"; the point sits on the limit: no number of {reading.sample_unit} resolves it" if needed is None
+                 else f"; about {needed} {reading.sample_unit} (not {reading.samples}) would resolve it")
+    return text
 
 
 def judge_all(params: Params, metrics: Metrics | None = None) -> list[Verdict]:
@@ -237,15 +273,16 @@ def _layer_hint(m: Metrics, layer: str) -> str:
     return f"first divergent layer {layer}" + (f" ({advice})" if advice else "")
 
 
-def _with_interval(m: Metrics, path: str, key: str, hint: str, caveat: str = "") -> Reading:
+def _with_interval(m: Metrics, path: str, key: str, hint: str, caveat: str = "", unit: str = "images") -> Reading:
     """`key` and its `key_ci_low` / `key_ci_high` interval from `path`, at the level the file states."""
     level = m.number(path, "ci_level")
     confidence = m.params.gates.confidence
     if confidence is not None and level != confidence:
         raise MetricsUnavailable(f"{path} has its intervals at {level:g}, gates.confidence is {confidence:g}; "
                                  f"re-run {m.rerun(path)}")
+    samples = int(m.number(path, "pairs" if unit == PAIRS else "images"))
     return Reading(m.number(path, key), hint, m.number(path, f"{key}_ci_low"), m.number(path, f"{key}_ci_high"),
-                   level, caveat)
+                   level, caveat, samples, unit)
 
 
 def _resolution(m: Metrics, half_width: float, limit: float, what: str) -> str:
@@ -316,7 +353,7 @@ def _speedup(m: Metrics, limit: float) -> Reading:
     hint = (f"FP32 {m.number(path, 'fp32_fps'):.1f} FPS vs INT8 {m.number(path, 'int8_fps'):.1f} FPS over {pairs} "
             f"interleaved pairs (a busy or throttled machine moves both; raise benchmark.max_seconds for more pairs); "
             f"ops kept float in {m.params.quantize.precision_table}")
-    reading = _with_interval(m, path, "speedup_fps", hint)
+    reading = _with_interval(m, path, "speedup_fps", hint, unit=PAIRS)
     cpu = describe({key: m.value(path, key) for key in ("cpu_model", "cpu_isa")})
     caveat = (f"{pairs} benchmark pairs on {cpu} resolve the speed-up to about {(reading.high - reading.low) / 2:.3f}x "
               "(another CPU gives another ratio: AVX2-only INT8 gains less than VNNI or AMX)")

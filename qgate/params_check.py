@@ -89,7 +89,7 @@ def _check_statistics(params: Any, path: Path) -> None:
     if params.int8_eval.bootstrap_samples < MIN_BOOTSTRAP_SAMPLES:
         raise QgateError(f"{path}: 'int8_eval.bootstrap_samples' is {params.int8_eval.bootstrap_samples}; use at "
                          f"least {MIN_BOOTSTRAP_SAMPLES} (1000 takes seconds)")
-    _one_of(path, "gates.inconclusive", params.gates.inconclusive, ("fail", "pass"))
+    _one_of(path, "gates.inconclusive", params.gates.inconclusive, ("point", "pass", "fail"))
     confidence = params.gates.confidence
     for key, level in (("int8_eval.ci_level", params.int8_eval.ci_level),
                        ("benchmark.ci_level", params.benchmark.ci_level)):

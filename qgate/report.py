@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 
 from qgate import registry
-from qgate.cpu import describe
 from qgate.errors import QgateError
 from qgate.gates import Metrics, MetricsUnavailable, Verdict, gates
 from qgate.io import write_bytes, write_text
 from qgate.params import Params
 from qgate.plots import sensitivity_figure, svg_text
+from qgate.summary import headline, needs_attention, result_text, terminal
 
 log = logging.getLogger(__name__)
 
@@ -37,33 +37,42 @@ class Section:
     figures: list[tuple[str, str, bytes]] = field(default_factory=list)  # (caption, svg text, png bytes)
     code: str = ""
     code_collapsed: bool = False  # long blocks (the whole params.yaml) fold away in markdown
+    callouts: list[tuple[str, str]] = field(default_factory=list)  # (fail | warn, text): boxed, after the paragraphs
+    summary: str = ""  # when set, the section folds under this one line (diagnostics of a passing model)
+
+
+FOLDED_ON_PASS = ("Where INT8 diverges", "Sensitivity and autofix", "Bad cases")
 
 
 def build(metrics: Metrics, verdicts: list[Verdict], params_text: str) -> tuple[str, list[Section]]:
-    """The verdict line and the sections, from whatever metrics exist (missing ones show as 'missing')."""
+    """The verdict line and the sections, from whatever metrics exist (missing ones show as 'missing').
+
+    When every gate passed, the diagnostics fold under a one-line summary: they explain failures, and on a
+    passing model their advice (clipping, ranges) would read as problems.
+    """
     params = metrics.params
     verdict = headline(verdicts)
     sections = [_results(metrics), _gates(params, verdicts), _registry(metrics), _autofix(metrics),
-                _divergence(metrics), _per_class(metrics), _bad_cases(metrics),
+                _divergence(metrics), _per_class(metrics), _bad_cases(metrics), _method(metrics),
                 Section("Params used", ["`params.yaml` as judged:"], code=params_text, code_collapsed=True)]
+    if all(v.passed for v in verdicts):
+        for section in sections:
+            if section.title in FOLDED_ON_PASS:
+                section.summary = _fold_line(metrics, section.title)
     return verdict, sections
 
 
-def headline(verdicts: list[Verdict]) -> str:
-    """'PASS: all 9 gates passed' / 'FAIL: ...', naming the gates that failed and those the data could not decide."""
-    failed = [v for v in verdicts if not v.passed]
-    undecided = [v.gate for v in verdicts if v.state == "inconclusive"]
-    text = (f"FAIL: {len(failed)} of {len(verdicts)} gates failed ({', '.join(v.gate for v in failed)})" if failed
-            else f"PASS: all {len(verdicts)} gates passed")
-    if undecided:
-        text += f"; inconclusive (limit inside the interval): {', '.join(undecided)}"
-    return text
-
-
-def result_text(verdict: Verdict) -> str:
-    """'pass', 'FAIL', or 'inconclusive (pass)' / 'inconclusive (FAIL)' by the gates.inconclusive policy."""
-    outcome = "pass" if verdict.passed else "FAIL"
-    return f"inconclusive ({outcome})" if verdict.state == "inconclusive" else outcome
+def _fold_line(m: Metrics, title: str) -> str:
+    """The one line a folded diagnostics section shows."""
+    p = m.params
+    if title == "Where INT8 diverges":
+        first = _get(m, p.divergence.metrics, "first_divergent_layer")
+        return (f"Every gate passed. Detection error {_num(_get(m, p.divergence.metrics, 'detection_error'))} per "
+                f"detection; first divergent layer `{first or 'none'}`: per-layer SQNR, for when a gate fails")
+    if title == "Sensitivity and autofix":
+        fix = "nothing to fix" if not _get(m, p.autofix.metrics, "needed") else "a scope within the target"
+        return f"Every gate passed; autofix: {fix}. The quantizer ranking, for when a gate fails"
+    return "Every gate passed. The images whose detections changed most, FP32 vs INT8"
 
 
 def _get(metrics: Metrics, path: str, key: str) -> Any:
@@ -100,14 +109,27 @@ def _results(m: Metrics) -> Section:
                      _num(_get(m, fix, "fixed_map50_95")), _num(_get(m, fix, "fixed_map50")),
                      _num(_get(m, bench, "fixed_latency_ms"), 2), _num(_get(m, bench, "fixed_fps"), 1),
                      _num(_get(m, bench, "fixed_size_mb"), 2)])
+    lead = (f"INT8 mAP50-95 **{_num(_get(m, int8, 'map50_95'))}** {_range(m, int8, 'map50_95')} against FP32 "
+            f"**{_num(_get(m, base, 'map50_95'))}** {_range(m, int8, 'baseline_map50_95')}: a drop of "
+            f"**{_num(_get(m, int8, 'map50_95_drop'))}** {_range(m, int8, 'map50_95_drop')}. Speed-up "
+            f"**{_num(_get(m, bench, 'speedup_fps'), 2)}x** {_range(m, bench, 'speedup_fps', 2)} on "
+            f"{_num(_get(m, bench, 'cpu_model'))} ({_num(_get(m, bench, 'cpu_isa'))}).")
+    header = ["model", "precision run", "mAP50-95", "mAP50", "latency ms", "FPS", "size MB"]
+    return Section("Results", [lead], [(header, rows)])
+
+
+def _method(m: Metrics) -> Section:
+    """How the numbers were measured: precision actually run, images and resamples, CPU and benchmark pairs."""
+    p = m.params
+    base, int8, bench = p.baseline.metrics, p.int8_eval.metrics, p.benchmark.metrics
     bf16 = ("BF16 is not supported by this CPU, so there is no BF16 row; `bf16` requests would run f32 here."
             if _get(m, bench, "bf16_supported") == 0 else "")
-    notes = [
+    return Section("How it was measured", [
         f"Precision measured: FP32 at **{_num(_get(m, base, 'inference_precision'))}** (OpenVINO "
         f"INFERENCE_PRECISION_HINT set explicitly; the value is what the compiled model reports). {bf16}",
-        f"Speed-up INT8/FP32: **{_num(_get(m, bench, 'speedup_fps'), 2)}x** throughput "
+        f"Speed-up INT8/FP32: {_num(_get(m, bench, 'speedup_fps'), 2)}x throughput "
         f"{_range(m, bench, 'speedup_fps', 2)}, {_num(_get(m, bench, 'speedup_latency'), 2)}x latency; mAP50-95 drop "
-        f"**{_num(_get(m, int8, 'map50_95_drop'))}** {_range(m, int8, 'map50_95_drop')} "
+        f"{_num(_get(m, int8, 'map50_95_drop'))} {_range(m, int8, 'map50_95_drop')} "
         f"({_pct(_get(m, int8, 'map50_95_drop_rel'))} of FP32).",
         f"Accuracy: pycocotools mAP on {_num(_get(m, base, 'images'))} `{p.baseline.split}` images at "
         f"{p.model.imgsz} px; intervals from {_num(_get(m, int8, 'bootstrap_samples'))} paired bootstrap resamples "
@@ -118,9 +140,7 @@ def _results(m: Metrics) -> Section:
         f"{p.benchmark.hint}, {_num(_get(m, bench, 'pairs'))} interleaved FP32/INT8 pairs of {p.benchmark.seconds} s, "
         f"medians, interval over the pairs' ratios; run-to-run spread FP32 "
         f"{_pct(_get(m, bench, 'fp32_fps_spread_rel'))}, INT8 {_pct(_get(m, bench, 'int8_fps_spread_rel'))}.",
-    ]
-    header = ["model", "precision run", "mAP50-95", "mAP50", "latency ms", "FPS", "size MB"]
-    return Section("Results", notes, [(header, rows)])
+    ])
 
 
 def _range(m: Metrics, path: str, key: str, digits: int = 4) -> str:
@@ -136,16 +156,21 @@ def _pct(value: Any) -> str:
 
 
 def _gates(params: Params, verdicts: list[Verdict]) -> Section:
-    rows = [[v.gate, v.metric, v.value, v.interval or "point value", v.limit,
+    """The verdict table; the failed and undecided gates boxed by verdict, what passed plainly."""
+    rows = [[v.gate, v.label or v.metric, v.value, v.interval or "point value", v.limit,
              result_text(v) if v.passed else f"**{result_text(v)}**"] for v in verdicts]
-    rows += [[g.name, g.metric, "", "", "off (null in params)", "off"] for g in gates(params) if g.limit is None]
+    rows += [[g.name, g.label or g.metric, "", "", "off (null in params)", "off"]
+             for g in gates(params) if g.limit is None]
     g = params.gates
     mode = (f"Accuracy and speed gates decide on their {g.confidence:.0%} intervals (`gates.confidence`): pass when "
-            f"the whole interval meets the limit, fail when none of it does, else inconclusive, counted as "
+            f"the whole interval meets the limit, fail when none of it does, else inconclusive, decided by "
             f"**{g.inconclusive}** (`gates.inconclusive`)." if g.confidence is not None else
             "Gates decide on point estimates (`gates.confidence: null`); intervals are shown for reading only.")
-    notes = [mode] + [v.message for v in verdicts if not v.passed or v.state == "inconclusive" or v.interval]
-    return Section("Gates", notes, [(["gate", "metric", "value", "interval", "limit", "result"], rows)])
+    attention = needs_attention(verdicts)
+    callouts = [("fail" if not v.passed else "warn", v.message) for v in attention]
+    passed = [v.message for v in verdicts if v.interval and v not in attention]
+    return Section("Gates", [mode] + passed, [(["gate", "measures", "value", "interval", "limit", "result"], rows)],
+                   callouts=callouts)
 
 
 def _registry(m: Metrics) -> Section:
@@ -342,9 +367,12 @@ def render_markdown(verdict: str, sections: list[Section], files_dir: Path) -> t
     lines, files = [f"# qgate report: {verdict}", ""], {}
     for section in sections:
         lines += [f"## {section.title}", ""]
+        if section.summary:
+            lines += ["<details>", f"<summary>{html.escape(section.summary)}</summary>", ""]
         for paragraph in section.paragraphs:
-            text, _, block = paragraph.partition("\n")  # a gate message's suggested scope follows its first line
-            lines += [text, ""] + (["```yaml", block.rstrip(), "```", ""] if block else [])
+            lines += _markdown_paragraph(paragraph)
+        for tone, message in section.callouts:
+            lines += _markdown_paragraph(f"**{'FAIL' if tone == 'fail' else 'Undecided'}**: {message}", quote=True)
         for header, rows in section.tables:
             lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
@@ -357,7 +385,16 @@ def render_markdown(verdict: str, sections: list[Section], files_dir: Path) -> t
             block = ["```yaml", section.code.rstrip(), "```", ""]
             lines += (["<details><summary>params.yaml</summary>", "", *block, "</details>", ""]
                       if section.code_collapsed else block)
+        if section.summary:
+            lines += ["</details>", ""]
     return "\n".join(lines), files
+
+
+def _markdown_paragraph(paragraph: str, quote: bool = False) -> list[str]:
+    """A paragraph, and the yaml block a gate message carries after its first line (the scope to paste)."""
+    text, _, block = paragraph.partition("\n")
+    lines = [f"> {text}" if quote else text, ""]
+    return lines + (["```yaml", block.rstrip(), "```", ""] if block else [])
 
 
 def _slug(text: str) -> str:
@@ -367,27 +404,29 @@ def _slug(text: str) -> str:
 CSS = """body{font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;
 padding:0 1em;color:#222}h1{font-size:1.6em;padding:.5em .8em;border-radius:6px}
 h1.pass{background:#e6f4ea;color:#137333}h1.fail{background:#fce8e6;color:#a50e0e}
+h1.warn{background:#fef7e0;color:#8a5a00}
 h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px solid #ddd;padding:.3em .6em;
 text-align:left;vertical-align:top}th{background:#f4f4f4}td.fail{color:#a50e0e;font-weight:600}td.pass{color:#137333}
+td.warn{color:#8a5a00;font-weight:600}
 code{background:#f4f4f4;padding:0 .25em;border-radius:3px;font-size:.9em}pre{background:#f7f7f7;padding:1em;
 overflow:auto;font-size:.85em}figure{margin:1em 0}figcaption{color:#555;font-size:.9em}svg{max-width:100%;height:auto}
-p.failure{background:#fff4f2;border-left:4px solid #d93025;padding:.4em .8em}img{max-width:100%}"""
+p.fail{background:#fff4f2;border-left:4px solid #d93025;padding:.4em .8em}
+p.warn{background:#fffaf0;border-left:4px solid #e3a008;padding:.4em .8em}img{max-width:100%}
+details>summary{cursor:pointer;color:#444;padding:.3em 0}"""
 
 
 def render_html(verdict: str, sections: list[Section]) -> str:
     """A self-contained HTML page: CSS inline, plots as inline SVG, images as data URIs, nothing fetched."""
-    state = "fail" if verdict.startswith("FAIL") else "pass"
+    state = "fail" if verdict.startswith("FAIL") else "warn" if "inconclusive" in verdict else "pass"
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>qgate report</title>",
              f"<style>{CSS}</style></head><body>", f"<h1 class='{state}'>qgate report: {html.escape(verdict)}</h1>"]
     for section in sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
-        failure = section.title == "Gates"
-        for paragraph in section.paragraphs:
-            text, _, block = paragraph.partition("\n")
-            parts.append(f"<p class='{'failure' if failure else ''}'>{_inline(text)}</p>")
-            if block:
-                parts.append(f"<pre>{html.escape(block)}</pre>")
+        if section.summary:
+            parts.append(f"<details><summary>{_inline(section.summary)}</summary>")
+        parts += [_html_paragraph(paragraph) for paragraph in section.paragraphs]
+        parts += [_html_paragraph(message, tone) for tone, message in section.callouts]
         for header, rows in section.tables:
             parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
             for row in rows:
@@ -399,13 +438,23 @@ def render_html(verdict: str, sections: list[Section]) -> str:
             parts.append(f"<figure>{body}<figcaption>{html.escape(caption)}</figcaption></figure>")
         if section.code:
             parts.append(f"<pre>{html.escape(section.code)}</pre>")
+        if section.summary:
+            parts.append("</details>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
+def _html_paragraph(paragraph: str, tone: str = "") -> str:
+    text, _, block = paragraph.partition("\n")
+    return f"<p class='{tone}'>{_inline(text)}</p>" + (f"<pre>{html.escape(block)}</pre>" if block else "")
+
+
 def _cell(text: str) -> str:
-    state = {"**FAIL**": "fail", "pass": "pass"}.get(text, "")
-    return f"<td class='{state}'>{_inline(text.replace('**', '') if state else text)}</td>"
+    """A table cell; a result cell is coloured by its verdict (an inconclusive pass amber, any fail red)."""
+    plain = text.replace("**", "")
+    state = ("fail" if text.startswith("**") and plain.endswith(("FAIL", "FAIL)")) else "warn"
+             if plain == "inconclusive (pass)" else "pass" if plain == "pass" else "")
+    return f"<td class='{state}'>{_inline(plain if state else text)}</td>"
 
 
 def _inline(text: str) -> str:
@@ -444,42 +493,33 @@ def write_report(metrics: Metrics, verdicts: list[Verdict], params_path: Path) -
     return verdict
 
 
-def verdict_table(verdicts: list[Verdict]) -> str:
-    """The verdicts as a fixed-width text table for the terminal."""
-    rows = [("gate", "value", "interval", "limit", "result")] + [
-        (v.gate, v.value, v.interval, v.limit, result_text(v)) for v in verdicts]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
-
-
-def measured_on(m: Metrics) -> str:
-    """The line under the verdict table naming the CPU the speed was measured on (another CPU, another ratio)."""
+def publish(metrics: Metrics, verdicts: list[Verdict], params_path: str) -> int:
+    """Print the verdict (table, what to do, headline), then write the report; 1 when a gate failed."""
+    params = metrics.params
+    failed = int(any(not v.passed for v in verdicts))
+    print(terminal(metrics, verdicts))  # before the report: a report that cannot be written must not hide it
     try:
-        path = m.params.benchmark.metrics
-        return f"speed measured on {describe({key: m.value(path, key) for key in ('cpu_model', 'cpu_isa')})}"
-    except MetricsUnavailable as exc:
-        return f"speed: {exc}"
+        write_report(metrics, verdicts, Path(params_path))
+    except Exception as exc:  # any report bug: the verdict above stands, the report problem is one line
+        print(f"error: report not written ({type(exc).__name__}: {exc}); the gate verdict above is unaffected",
+              file=sys.stderr)
+        return EXIT_REPORT_ERROR
+    print(written(params))
+    return failed
+
+
+def written(params: Params) -> str:
+    """The line after the verdict naming the report files."""
+    return f"report: {params.gates.report_md}, {params.gates.report_html}"
 
 
 def main(params_path: str) -> int:
-    """Judge the metrics, write the report, print the verdict table; 1 when a gate failed."""
+    """Judge the metrics, print the verdict, write the report; 1 when a gate failed."""
     from qgate.gates import judge_all
     from qgate.params import load_params
 
-    params = load_params(params_path)
-    metrics = Metrics(params)  # one read of each file serves the gates and the report
-    verdicts = judge_all(params, metrics)
-    failed = int(any(not v.passed for v in verdicts))
-    print(verdict_table(verdicts))  # before the report: a report that cannot be written must not hide the verdict
-    print(measured_on(metrics))
-    try:
-        verdict = write_report(metrics, verdicts, Path(params_path))
-    except Exception as exc:  # any report bug: the verdict above stands, the report problem is one line
-        print(f"\n{'FAIL' if failed else 'PASS'} (see the table above)\nerror: report not written "
-              f"({type(exc).__name__}: {exc}); the gate verdict above is unaffected", file=sys.stderr)
-        return EXIT_REPORT_ERROR
-    print(f"\n{verdict}\nreport: {params.gates.report_md}, {params.gates.report_html}")
-    return failed
+    metrics = Metrics(load_params(params_path))  # one read of each file serves the gates and the report
+    return publish(metrics, judge_all(metrics.params, metrics), params_path)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -105,6 +106,29 @@ def trained_yolo11n(tmp_path_factory, demo_checkout) -> tuple[Path, Path]:
     return weights, data
 
 
+SAMPLE_PROJECT = ROOT / "docs/sample/project"  # `make sample`'s snapshot: the demo's params and metrics
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """The demo's params and pipeline metrics as `make sample` took them (not the working tree, which a fork's
+    own model rewrites); no models, no dataset."""
+    shutil.copytree(SAMPLE_PROJECT, tmp_path, dirs_exist_ok=True)
+    return tmp_path
+
+
+def chromium() -> str:
+    """The browser, or a skip where it cannot be installed (no apt); a machine with apt must have it."""
+    from qgate.browser import find_chromium
+
+    browser = find_chromium()
+    if browser:
+        return browser
+    if shutil.which("apt-get"):
+        pytest.fail("no Chromium here: `apt-get install chromium` (.ci/run installs it when missing)")
+    pytest.skip("no Chromium and no apt-get to install it")
+
+
 def stage(name: str, cwd: Path, params: str = "params.yaml") -> subprocess.CompletedProcess:
     """Run `python -m stages.<name>` the way DVC does, in `cwd`; return the finished process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -116,6 +140,20 @@ def error_line(result: subprocess.CompletedProcess) -> str:
     """The last stderr line, where stages print their one-line error."""
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+TABLE_ROW = re.compile(r"^((?:accuracy|speed|drift|structure|provenance)_\w+) .*  "
+                       r"(pass|FAIL|inconclusive \((?:pass|FAIL)\))$")
+
+
+def table_results(stdout: str) -> dict[str, str]:
+    """The verdict table `qgate.judge` prints: each gate's result column (pass, FAIL, inconclusive (pass|FAIL))."""
+    return {match[1]: match[2] for match in map(TABLE_ROW.match, stdout.splitlines()) if match}
+
+
+def failed_in_table(stdout: str) -> set[str]:
+    """The gates the verdict table counts as failed."""
+    return {gate for gate, result in table_results(stdout).items() if result.endswith(("FAIL", "FAIL)"))}
 
 
 def assert_fails_cleanly(name: str, project: Path, fragments: list[str], output: str) -> str:

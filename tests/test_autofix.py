@@ -19,8 +19,8 @@ from qgate.io import sha256_file
 from qgate.mixed import Group
 from qgate.plots import sensitivity_figure, svg_text
 from stages import sensitivity
-from tests.conftest import (ROOT, assert_fails_cleanly, copy_project, edit_int8, error_line, feeding_quantizer,
-                            scale_range, stage)
+from tests.conftest import (ROOT, assert_fails_cleanly, copy_project, edit_int8, error_line, failed_in_table,
+                            feeding_quantizer, scale_range, stage)
 
 PLANTED = "/model.1/conv/Conv/WithoutBiases"
 
@@ -195,8 +195,7 @@ def test_an_unreachable_target_reports_the_best_and_fails_the_gate(tmp_path, dem
     assert gates.returncode == 1
     assert "autofix did not reach autofix.target_drop -0.5: best drop" in gates.stdout
     # the fault costs accuracy, and the drift gates see it too (measured: detection error 0.79 vs 0.011 unplanted)
-    failed = {line.split("[", 1)[1].split("]")[0] for line in gates.stdout.splitlines() if line.startswith("FAILED")}
-    assert {"drift_detection_error", "drift_layers_below_floor"} <= failed, gates.stdout[-3000:]
+    assert {"drift_detection_error", "drift_layers_below_floor"} <= failed_in_table(gates.stdout), gates.stdout[-3000:]
 
 
 def _gates(project: Path) -> subprocess.CompletedProcess:
@@ -211,22 +210,20 @@ def test_naive_config_fails_with_a_scope_that_makes_the_gate_pass_once_pasted(tm
     project = _copy_demo(demo, tmp_path / "p")
     naive = {"preset": "performance", "keep_decode_float": False,
              "ignored_scope": {"names": [], "patterns": [], "types": [], "subgraphs": []}}
-    # the gate tighter than the default: on the demo as trained here the naive drop is 0.0166 [0.0078, 0.0265],
-    # whose interval holds the default 0.01 (inconclusive, counted passed); 0.005 it violates whole
+    # the gate tighter than the default: the naive drop measured 0.0166 [0.0078, 0.0265] on the demo as trained
+    # on one machine and less on another; 0.005 it violates on both, decided or by its point estimate
     _params(project, quantize=naive, benchmark={"seconds": 5, "repeats": 2, "max_seconds": 30},
             gates={"max_map50_95_drop": 0.005}, autofix={"target_drop": 0.003})
     pipeline = ("quantize", "int8_eval", "divergence", "sensitivity", "autofix", "benchmark")
     _run(project, *pipeline)
     failing = _gates(project)
     assert failing.returncode == 1
-    assert "FAILED" in failing.stdout and "test_gate[accuracy_map50_95_drop]" in failing.stdout
+    assert "accuracy_map50_95_drop" in failed_in_table(failing.stdout), failing.stdout[-3000:]
     assert "Suggested fix:" in failing.stdout and "ignored_scope:" in failing.stdout
     block = yaml.safe_load((project / "reports/autofix_scope.yaml").read_text())
     _params(project, quantize=block)
     _run(project, *pipeline)
     assert _json(project, "metrics/autofix.json")["needed"] == 0
     passing = _gates(project)
-    assert "test_gate[accuracy_map50_95_drop] PASSED" in passing.stdout, passing.stdout[-3000:]
-    # every other gate passes too; speed only within this machine's noise (one 5 s run here, ~1.4x vs 1.3x)
-    failed = {line.split("[", 1)[1].split("]")[0] for line in passing.stdout.splitlines() if line.startswith("FAILED")}
-    assert failed <= {"speed_speedup"}, passing.stdout[-3000:]
+    # every gate passes; speed only within this machine's noise (one 5 s run here, ~1.4x vs 1.3x)
+    assert failed_in_table(passing.stdout) <= {"speed_speedup"}, passing.stdout[-3000:]

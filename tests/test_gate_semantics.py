@@ -1,4 +1,4 @@
-"""Gate semantics on the committed demo metrics: they pass; each gate fails alone; missing, stale or
+"""Gate semantics on the demo's metrics (docs/sample/project): they pass; each gate fails alone; missing, stale or
 malformed files fail (never skip); `qgate.judge` writes JUnit, the report and a verdict table."""
 
 from __future__ import annotations
@@ -14,37 +14,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, SAMPLE_PROJECT
 
 from qgate.params import load_params
 
-PIPELINE_FILES = [
-    "metrics/export_record.json", "metrics/baseline.json", "metrics/baseline_per_class.json",
-    "metrics/quantize.json", "metrics/int8_record.json", "metrics/int8.json", "metrics/int8_per_class.json",
-    "metrics/benchmark.json", "metrics/divergence.json", "reports/precision_table.csv", "reports/divergence.csv",
-    "reports/bad_cases.csv", "metrics/sensitivity.json", "reports/sensitivity.csv", "metrics/autofix.json",
-    "reports/autofix_steps.csv", "reports/autofix_scope.yaml",
-]
-# The committed demo's divergence names a first divergent layer or says none crossed the threshold; either way
-# the hint says where to look first
-_FIRST = json.loads(subprocess.run(["git", "show", "HEAD:metrics/divergence.json"], cwd=ROOT, capture_output=True,
-                                   check=True).stdout)["first_divergent_layer"]
+# The demo's divergence names a first divergent layer or says none crossed the threshold; either way the hint
+# says where to look first
+_FIRST = json.loads((SAMPLE_PROJECT / "metrics/divergence.json").read_text())["first_divergent_layer"]
 WHERE_TO_LOOK = f"first divergent layer {_FIRST}" if _FIRST else "no layer crossed divergence.local_drop_db"
 ALL_GATES = [
     "accuracy_map50_95_drop", "speed_speedup", "drift_detection_error", "drift_nan_inf", "drift_layers_below_floor",
     "structure_op_inventory", "structure_quantized", "structure_ignored_scope_float", "provenance_same_model",
 ]
-
-
-@pytest.fixture
-def project(tmp_path) -> Path:
-    """The committed params and pipeline metrics (git HEAD, not the working tree, which the slow pipeline
-    tests rewrite as they run); no models, no dataset."""
-    for name in PIPELINE_FILES + ["params.yaml"]:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        committed = subprocess.run(["git", "show", f"HEAD:{name}"], cwd=ROOT, capture_output=True, check=True)
-        (tmp_path / name).write_bytes(committed.stdout)
-    return tmp_path
 
 
 def run(project: Path, *command: str) -> subprocess.CompletedProcess:
@@ -77,7 +58,7 @@ def failed_gates(result: subprocess.CompletedProcess) -> set[str]:
             if line.startswith("FAILED") and "[" in line}
 
 
-def test_committed_demo_metrics_pass_every_gate(project):
+def test_the_demo_metrics_pass_every_gate(project):
     result = run_gates(project)
     assert result.returncode == 0, result.stdout
     for gate in ALL_GATES:
@@ -215,7 +196,9 @@ def test_judge_writes_junit_report_and_table_and_fails_on_a_failed_gate(project)
     assert 'name="test_gate[accuracy_map50_95_drop]"' in junit and "<failure" in junit
     report = (project / "reports/report.md").read_text()
     assert report.startswith("# qgate report: FAIL: 1 of 9 gates failed (accuracy_map50_95_drop)")
-    assert "| accuracy_map50_95_drop | map50_95_drop | 0.05 | [0.04, 0.06] (95%) | <= 0.01 | **FAIL** |" in report
+    assert ("| accuracy_map50_95_drop | mAP50-95 drop, FP32 - INT8 | 0.05 | [0.04, 0.06] (95%) | <= 0.01 | **FAIL** |"
+            in report)
+    assert "> **FAIL**: accuracy_map50_95_drop: map50_95_drop = 0.05 [0.04, 0.06] (95%) violates" in report
     html = (project / "reports/report.html").read_text()
     assert "<h1 class='fail'>" in html and "<svg" in html and "data:image/jpeg;base64," not in html  # no dataset here
     assert not re.search(r"""(src|href)=["']https?:|<script|<link""", html)  # self-contained: nothing fetched
@@ -305,6 +288,11 @@ THREE_VALUED = [
      ["is inconclusive against limit <= 0.01", "counted as passed by gates.inconclusive: pass"]),
     ((0.008, 0.002, 0.014), 0.95, "fail", 1, "inconclusive (FAIL)",
      ["is inconclusive against limit <= 0.01", "counted as failed by gates.inconclusive: fail"]),
+    ((0.008, 0.002, 0.014), 0.95, "point", 0, "inconclusive (pass)",
+     ["is inconclusive against limit <= 0.01", "decided by its point estimate: passed (gates.inconclusive: point)",
+      "about 900 images (not 100) would resolve it"]),  # the interval's side facing the limit is 3x the gap
+    ((0.012, 0.006, 0.018), 0.95, "point", 1, "inconclusive (FAIL)",
+     ["decided by its point estimate: failed (gates.inconclusive: point)", "about 900 images (not 100)"]),
     ((0.008, 0.002, 0.014), None, "fail", 0, "pass", ["within limit <= 0.01"]),  # point estimate decides
     ((0.012, 0.002, 0.018), None, "pass", 1, "FAIL", ["violates limit <= 0.01"]),
 ]
@@ -323,13 +311,64 @@ def test_three_valued_accuracy_verdicts_under_each_policy(project, drop, confide
     assert row.endswith(result_column) and f"[{drop[1]:.4g}, {drop[2]:.4g}] (95%)" in row, row
     junit = (project / "reports/gates.xml").read_text()
     report = (project / "reports/report.md").read_text()
-    message = next(line for line in report.splitlines() if line.startswith("accuracy_map50_95_drop:")
-                   or line.startswith("- accuracy_map50_95_drop:"))
+    message = next(line for line in report.splitlines() if "accuracy_map50_95_drop: map50_95_drop =" in line)
     for fragment in fragments + ["images resolve mAP50-95 drops of about"]:
         assert fragment in message, message
     assert ("<failure" in junit) == (status == 1)
-    if result_column.startswith("inconclusive"):  # a passed gate's verdict is in the JUnit XML too
-        assert "inconclusive: accuracy_map50_95_drop: map50_95_drop = 0.008 [0.002, 0.014] (95%)" in junit
+    if result_column == "inconclusive (pass)":  # a passed gate's verdict is in the JUnit XML too
+        assert f"inconclusive: accuracy_map50_95_drop: map50_95_drop = {drop[0]} [{drop[1]}, {drop[2]}] (95%)" in junit
+
+
+def test_the_terminal_shows_the_table_then_what_to_do_then_the_headline(project):
+    _dropped(project)
+    edit_json(project, "metrics/benchmark.json", speedup_fps=1.35, speedup_fps_ci_low=1.25, speedup_fps_ci_high=1.45)
+    result = run(project, "qgate.judge")
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["gate", "measures", "value", "interval", "limit", "result"]  # pytest says nothing
+    todo = lines.index("What to do:")
+    assert all(not line.startswith(("FAIL ", "inconclusive")) for line in lines[:todo])
+    blocks = "\n".join(lines[todo + 1:]).strip().split("\n\n")
+    assert blocks[0].startswith("FAIL  accuracy_map50_95_drop: mAP50-95 drop, FP32 - INT8 0.05 [0.04, 0.06] (95%), "
+                                "limit <= 0.01\n"), blocks[0]
+    assert f"look at: {WHERE_TO_LOOK}" in blocks[0]
+    assert blocks[1].startswith("inconclusive (pass)  speed_speedup: INT8 / FP32 throughput, x 1.35 [1.25, 1.45]")
+    assert "decided by its point estimate: passed" in blocks[1] and "benchmark pairs (not " in blocks[1]
+    assert blocks[2].splitlines() == ["FAIL: 1 of 9 gates failed (accuracy_map50_95_drop); 1 inconclusive: "
+                                      "speed_speedup", "report: reports/report.md, reports/report.html"]
+
+
+def test_the_report_boxes_gates_by_verdict_and_folds_diagnostics_only_when_all_passed(project):
+    assert run(project, "qgate.judge").returncode == 0
+    passing = (project / "reports/report.html").read_text()
+    assert "<h1 class='pass'>" in passing and "<p class='fail'>" not in passing and "<p class='warn'>" not in passing
+    assert passing.count("<details><summary>Every gate passed") == 3  # sensitivity, divergence, bad cases
+    assert (project / "reports/report.md").read_text().count("<summary>Every gate passed") == 3
+    _dropped(project)
+    edit_json(project, "metrics/benchmark.json", speedup_fps=1.35, speedup_fps_ci_low=1.25, speedup_fps_ci_high=1.45)
+    assert run(project, "qgate.judge").returncode == 1
+    failing = (project / "reports/report.html").read_text()
+    assert "<h1 class='fail'>" in failing and "Every gate passed" not in failing
+    boxes = re.findall(r"<p class='(fail|warn)'>(\w+):", failing)
+    assert boxes == [("fail", "accuracy_map50_95_drop"), ("warn", "speed_speedup")]
+    assert "<td class='fail'>FAIL</td>" in failing and "<td class='warn'>inconclusive (pass)</td>" in failing
+
+
+def test_judge_computes_each_verdict_once_for_junit_table_and_report(project):
+    """`qgate.judge` hands its verdicts to the gate tests: each gate's reader runs once in the whole run."""
+    counting = ("import sys, qgate.gates as g, qgate.judge as j\n"
+                "calls = []\n"
+                "original = g.judge\n"
+                "g.judge = lambda gate, m: calls.append(gate.name) or original(gate, m)\n"
+                "status = j.main('params.yaml')\n"
+                "print('calls', len(calls), len(set(calls)))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    result = subprocess.run([sys.executable, "-c", counting], cwd=project, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == f"calls {len(ALL_GATES)} {len(ALL_GATES)}"
+    assert (project / "reports/gates.xml").read_text().count("<testcase") == len(ALL_GATES)
 
 
 def test_a_limit_finer_than_the_val_set_resolves_says_so(project):

@@ -4,6 +4,7 @@ cached; `make gate` judges without re-running; a user's own model never runs the
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from qgate import sample
+from qgate.browser import WIDTH, open_page
 from qgate.params import load_params
-from tests.conftest import venv_env
+from tests.conftest import chromium, failed_in_table, venv_env
 
 pytestmark = pytest.mark.slow
 
@@ -106,11 +109,29 @@ def test_a_tightened_gate_fails_make_gate_and_reruns_no_stage(demo_checkout):
         tightened = _make(demo_checkout, "gate")
     assert stale == [], stale  # no stage reads this threshold: only the judge does
     assert tightened.returncode != 0
-    assert "FAILED gates/test_gates.py::test_gate[accuracy_map50_95_drop]" in tightened.stdout
+    assert failed_in_table(tightened.stdout) == {"accuracy_map50_95_drop"}, tightened.stdout[-3000:]
     assert "Running stage" not in tightened.stdout
     restored = _make(demo_checkout, "gate")
     assert restored.returncode == 0, restored.stdout[-3000:]
     assert "PASS: all" in restored.stdout and "Running stage" not in restored.stdout
+
+
+def test_make_sample_quotes_the_verdict_and_shows_a_report_that_loads_everything_offline(demo_checkout):
+    """The one command behind the README's verdict block and the docs' screenshot, and the browser's view of it."""
+    chromium()
+    done = _make(demo_checkout, "sample")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    block = sample.readme_block((demo_checkout / "README.md").read_text())
+    gate = _make(demo_checkout, "gate")
+    assert gate.stdout.rstrip().endswith(block), (block, gate.stdout[-3000:])  # what `make gate` prints, verbatim
+    check = open_page(demo_checkout / "reports/report.html")
+    assert check.external_requests(demo_checkout / "reports") == [], check.requests
+    assert not check.broken_images and check.images >= 1 and check.svgs >= 2  # the drawn images and the plots
+    screenshot = (demo_checkout / "docs/sample/report.png").read_bytes()
+    assert screenshot.startswith(b"\x89PNG") and int.from_bytes(screenshot[16:20], "big") == WIDTH
+    report = demo_checkout / "reports/report.md"
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report.read_text())
+    assert images and all((report.parent / image).is_file() for image in images), images
 
 
 def test_your_own_model_runs_no_demo_stage(demo_checkout, tmp_path):
