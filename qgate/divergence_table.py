@@ -64,7 +64,7 @@ def first_divergent(rows: list[dict], threshold_db: float) -> dict | None:
 
 
 def advice(row: dict, input_ranges: list[float], concat_ratio: float) -> str:
-    """Rule-based hints (README: 'Reading the divergence table'); empty means nothing flagged, not 'fine'."""
+    """Rule-based hints (docs/diagnosis.md: 'Reading the divergence table'); empty means nothing flagged, not 'fine'."""
     hints = []
     if not row["introduces_error"] and row["inherits_error"] and row["local_drop_db"] > 0:
         hints.append(f"float op: amplifies the error it inherits from {row['worst_input']} (introduced at "

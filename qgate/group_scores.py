@@ -48,7 +48,7 @@ def score_groups(fp32: ov.Model, int8: ov.Model, groups: list[Group], images: li
     0.014 emulated), and the groups that fix it are the ones that matter. `head` (`qgate.heads`) reads the
     output layout; `error` replaces its `detection_error` (benchmarks compare scores). Locally two groups
     compile while one infers: compiling is mostly serial work (0.8 s a group at 192 px, where 16 images infer
-    in 0.1 s), and two models inferring at once on a 2-vCPU machine took 1.4x longer at 640 px (README).
+    in 0.1 s), and two models inferring at once on a 2-vCPU machine took 1.4x longer at 640 px.
     """
     error = error or head.detection_error
     executor = executor or LocalExecutor()

@@ -68,7 +68,7 @@ class RawHead:
 
         Overlap, not squared pixels: mAP50-95 judges boxes by IoU, and squared pixels let the large
         objects' boxes outweigh the rest (on the COCO reference that hid the box decode groups NNCF's
-        accuracy control needs in float; README). The score change is squared so that a class-only fault
+        accuracy control needs in float). The score change is squared so that a class-only fault
         still shows while every group's small score jitter does not drown the box error.
         """
         ref, cand = reference[:, mask], out[:, mask]

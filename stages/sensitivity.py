@@ -101,7 +101,7 @@ def error_removed_low(scores: dict, quantile: float, resamples: int = RESAMPLES)
 
     A group whose total comes from one image while it adds error on others ranks below one that removes
     a little everywhere: on the COCO reference the first kind (backbone and neck groups) moved mAP50-95
-    by up to 0.006 either way when autofix tried them, the second (head convs) by at most 0.0012 (README).
+    by up to 0.006 either way when autofix tried them, the second (head convs) by at most 0.0012.
     """
     base, errors = scores["base"], scores["errors"]
     picks = resample_indices(base.size, resamples, seed=0)
