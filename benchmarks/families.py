@@ -1,4 +1,4 @@
-"""One table for the README: each detection family trained on the demo data, judged by qgate's default params.
+"""One table for docs/drift-gates.md: each detection family trained on the demo data, judged by qgate's default params.
 
 For every family marked `benchmark` in tests/families.yaml: train it from scratch on the demo data with the
 `demo:` schedule (`stages.demo_train.train_on_demo_data`), then run the real stages (export to benchmark, as
