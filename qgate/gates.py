@@ -235,8 +235,7 @@ def _fmt(value: Any) -> str:
 def _accuracy_hint(m: Metrics) -> str:
     bad_cases = m.params.int8_eval.bad_cases
     try:
-        layer = m.value(m.params.divergence.metrics, "first_divergent_layer")
-        hint = f"{_layer_hint(m, layer)}; the images in {bad_cases}"
+        hint = f"{where_to_look(m)}; the images in {bad_cases}"
     except MetricsUnavailable:
         hint = f"the images in {bad_cases}"
     return hint + _autofix_hint(m)
@@ -261,16 +260,34 @@ def _autofix_hint(m: Metrics) -> str:
             f"Paste this under `quantize:` in params.yaml (also in {cfg.scope}):\n{block}")
 
 
-def _layer_hint(m: Metrics, layer: str) -> str:
-    if not layer:
-        return f"no layer crossed divergence.local_drop_db; the lowest-SQNR rows of {m.params.divergence.csv}"
-    advice = ""
+def where_to_look(m: Metrics) -> str:
+    """The layer to look at first: of the divergent layers, the one whose quantizers the sensitivity ranking puts
+    highest (its error matters most to the detections); else the first divergent one; else the ranking's top."""
+    div, sens = m.params.divergence, m.params.sensitivity
+    first = m.value(div.metrics, "first_divergent_layer")
     try:
-        rows = m.read(m.params.divergence.csv)
-        advice = next((row.get("advice", "") for row in rows if row.get("name") == layer and row.get("advice")), "")
+        lead, rank = m.value(sens.metrics, "lead_divergent_layer"), m.value(sens.metrics, "lead_divergent_rank")
+        top = m.value(sens.metrics, "top_first_op")
     except MetricsUnavailable:
-        pass
-    return f"first divergent layer {layer}" + (f" ({advice})" if advice else "")
+        lead, rank, top = "", 0, ""
+    if lead:
+        text = f"divergent layer {lead}{_advice(m, lead)}, whose quantizers rank #{rank} in {sens.csv}"
+        return text + (f" (its top group starts at {top})" if rank != 1 else "")
+    if first:
+        return f"divergent layer {first}{_advice(m, first)}"
+    return (f"no divergent layer (none ends below divergence.divergent_sqnr_db {div.divergent_sqnr_db:g} dB after "
+            f"losing divergence.local_drop_db {div.local_drop_db:g} dB)"
+            + (f"; the top of {sens.csv}, from {top}" if top else f"; the lowest-SQNR rows of {div.csv}"))
+
+
+def _advice(m: Metrics, layer: str) -> str:
+    """' (its SQNR; the divergence table's advice)' for a layer, from the divergence rows."""
+    try:
+        row = next((r for r in m.read(m.params.divergence.csv) if r.get("name") == layer), {})
+    except MetricsUnavailable:
+        return ""
+    facts = [f"{float(row['sqnr_db']):.1f} dB, {float(row['local_drop_db']):.1f} dB lost there"] if row else []
+    return f" ({'; '.join(facts + ([row['advice']] if row.get('advice') else []))})" if facts else ""
 
 
 def _with_interval(m: Metrics, path: str, key: str, hint: str, caveat: str = "", unit: str = "images") -> Reading:
@@ -363,8 +380,7 @@ def _speedup(m: Metrics, limit: float) -> Reading:
 def _detection_error(m: Metrics, limit: float) -> Reading:
     path = m.params.divergence.metrics
     compared = int(m.number(path, "detections_compared"))
-    hint = (f"{_layer_hint(m, m.value(path, 'first_divergent_layer'))}; the ranking in {m.params.sensitivity.csv} "
-            f"(which quantizers, kept float, remove this error)")
+    hint = f"{where_to_look(m)}; the ranking in {m.params.sensitivity.csv} (which quantizers, kept float, remove it)"
     caveat = (f"mean of 1 - IoU + squared score change over the {compared} detections FP32 or INT8 makes on "
               f"{int(m.number(path, 'images'))} images (score >= {m.params.int8_eval.bad_case_conf:g})")
     return Reading(m.number(path, "detection_error"), hint, caveat=caveat)
@@ -378,7 +394,7 @@ def _nan_inf(m: Metrics, limit: int) -> Reading:
 def _layers_below(m: Metrics, limit: float) -> Reading:
     path = m.params.divergence.metrics
     count, layers = int(m.number(path, "layers_below_sqnr_floor")), int(m.number(path, "layers"))
-    hint = _layer_hint(m, m.value(path, "first_divergent_layer"))
+    hint = where_to_look(m)
     return Reading(m.number(path, "layers_below_sqnr_floor_frac"), hint,
                    caveat=f"{count} of {layers} layers below {m.params.divergence.sqnr_floor_db:g} dB")
 

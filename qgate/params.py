@@ -146,6 +146,7 @@ class BenchmarkParams:
     seconds: int
     repeats: int
     max_seconds: float
+    max_spread: float
     ci_level: float
     batch: int
     bf16: bool
@@ -163,6 +164,7 @@ class DivergenceParams:
     seed: int
     sqnr_floor_db: float
     local_drop_db: float
+    divergent_sqnr_db: float
     concat_range_ratio: float
     top_k: int
     # outputs: fixed paths, not keys

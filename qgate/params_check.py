@@ -96,6 +96,8 @@ def _check_statistics(params: Any, path: Path) -> None:
         if confidence is not None and level != confidence:
             raise QgateError(f"{path}: 'gates.confidence' is {confidence} but '{key}' is {level}: the gates judge "
                              "the interval the stage measured; set both to the same level")
+    if params.benchmark.max_spread <= 0:
+        raise QgateError(f"{path}: 'benchmark.max_spread' must be > 0 (a fraction of the speed-up, e.g. 0.15)")
     if params.benchmark.max_seconds < params.benchmark.seconds * 2 * params.benchmark.repeats:
         raise QgateError(f"{path}: 'benchmark.max_seconds' is {params.benchmark.max_seconds}, less than its "
                          f"{params.benchmark.repeats} first pairs take (2 x {params.benchmark.repeats} x "

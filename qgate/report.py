@@ -66,9 +66,9 @@ def _fold_line(m: Metrics, title: str) -> str:
     """The one line a folded diagnostics section shows."""
     p = m.params
     if title == "Where INT8 diverges":
-        first = _get(m, p.divergence.metrics, "first_divergent_layer")
+        count = _get(m, p.divergence.metrics, "divergent_layers")
         return (f"Every gate passed. Detection error {_num(_get(m, p.divergence.metrics, 'detection_error'))} per "
-                f"detection; first divergent layer `{first or 'none'}`: per-layer SQNR, for when a gate fails")
+                f"detection; {_num(count)} divergent layers: per-layer SQNR, for when a gate fails")
     if title == "Sensitivity and autofix":
         fix = "nothing to fix" if not _get(m, p.autofix.metrics, "needed") else "a scope within the target"
         return f"Every gate passed; autofix: {fix}. The quantizer ranking, for when a gate fails"
@@ -199,22 +199,41 @@ def _divergence(m: Metrics) -> Section:
         m.value(p.metrics, "model_sha256")
     except MetricsUnavailable as exc:
         return Section("Where INT8 diverges", [str(exc)])
-    first = _get(m, p.metrics, "first_divergent_layer")
     text = [f"Detection error **{_num(_get(m, p.metrics, 'detection_error'))}** per detection (1 - IoU + squared "
             f"score change, over the {_num(_get(m, p.metrics, 'detections_compared'))} detections FP32 or INT8 "
             f"makes on {_num(_get(m, p.metrics, 'images'))} images); output SQNR "
             f"{_num(_get(m, p.metrics, 'output_sqnr_db'), 1)} dB over the whole output tensor, background anchors "
-            f"included; first divergent layer: `{first or 'none'}`; "
-            f"{_num(_get(m, p.metrics, 'layers_below_sqnr_floor'))} of {len(rows)} layers below "
-            f"{p.sqnr_floor_db:g} dB. Local drop = SQNR lost at the layer itself, not carried in from its inputs."]
+            f"included; {_num(_get(m, p.metrics, 'layers_below_sqnr_floor'))} of {len(rows)} layers below "
+            f"{p.sqnr_floor_db:g} dB. Local drop = SQNR lost at the layer itself, not carried in from its inputs; "
+            f"a layer is divergent when it loses more than {p.local_drop_db:g} dB there and ends below "
+            f"{p.divergent_sqnr_db:g} dB.", agreement(m)]
     # layers fed only by the network input "lose" SQNR from infinity: where quantization starts, not a cause
     candidates = [r for r in rows if r.get("worst_input")]
     top = sorted(candidates, key=lambda r: -float(r["local_drop_db"]))[: p.top_k]
     table = [[r["index"], f"`{r['name']}`", r["type"], f"{float(r['sqnr_db']):.1f}", f"{float(r['local_drop_db']):.1f}",
-              _share(r.get("clip_error_share")), r.get("advice", "")] for r in top]
-    header = ["#", "layer", "type", "SQNR dB", "local drop dB", "clip share of error", "advice"]
-    figure = _sqnr_plot(rows, p.sqnr_floor_db, first)
+              _yes(r.get("divergent")), _share(r.get("clip_error_share")), r.get("advice", "")] for r in top]
+    header = ["#", "layer", "type", "SQNR dB", "local drop dB", "divergent", "clip share of error", "advice"]
+    figure = _sqnr_plot(rows, p.sqnr_floor_db, [r["name"] for r in rows if r.get("divergent") == "1"])
     return Section("Where INT8 diverges", text, [(header, table)], [figure])
+
+
+def agreement(m: Metrics) -> str:
+    """Whether the divergence table (per-layer SQNR) and the sensitivity ranking (detections) point at one place."""
+    div, sens = m.params.divergence, m.params.sensitivity
+    count, first = _get(m, div.metrics, "divergent_layers"), _get(m, div.metrics, "first_divergent_layer")
+    lead, rank = _get(m, sens.metrics, "lead_divergent_layer"), _get(m, sens.metrics, "lead_divergent_rank")
+    top = _get(m, sens.metrics, "top_first_op")
+    if not count:
+        return (f"No divergent layer: INT8's error is spread over many small losses. The sensitivity ranking's top "
+                f"group, from `{top or 'none'}`, removes the most of it.")
+    text = f"Divergent layers: {count}, the first in graph order `{first}`. "
+    if not lead:
+        return text + (f"None of their quantizers is in the sensitivity ranking; its top group starts at "
+                       f"`{top or 'none'}`: the two disagree, follow the ranking (it measures the detections).")
+    if rank == 1:
+        return text + f"The sensitivity ranking agrees: its top group holds `{lead}`, the layer to look at first."
+    return text + (f"Of these, `{lead}` matters most to the detections (its group ranks #{rank}); the ranking's "
+                   f"top group, from `{top}`, holds no divergent layer: its error is spread, not one broken layer.")
 
 
 def _autofix(m: Metrics) -> Section:
@@ -328,16 +347,16 @@ def _figure(fig, caption: str) -> tuple[str, str, bytes]:
     return caption, text[text.index("<svg"):], png.getvalue()
 
 
-def _sqnr_plot(rows: list[dict], floor: float, first: str | None) -> tuple[str, str, bytes]:
+def _sqnr_plot(rows: list[dict], floor: float, divergent: list[str]) -> tuple[str, str, bytes]:
     import matplotlib.pyplot as plt
 
     sqnr = np.array([float(r["sqnr_db"]) for r in rows])
     fig, ax = plt.subplots(figsize=(9, 3.2))
     ax.plot(np.arange(len(sqnr)), sqnr, lw=1.2, color="#3465a4", label="INT8 vs FP32 SQNR")
     ax.axhline(floor, color="#cc0000", ls="--", lw=1, label=f"floor {floor:g} dB")
-    index = next((i for i, r in enumerate(rows) if r["name"] == first), None)
-    if index is not None:
-        ax.scatter([index], [sqnr[index]], color="#cc0000", zorder=3, label="first divergent")
+    marked = [i for i, r in enumerate(rows) if r["name"] in divergent]
+    if marked:
+        ax.scatter(marked, sqnr[marked], color="#cc0000", zorder=3, label="divergent")
     ax.set_xlabel("layer (graph order)")
     ax.set_ylabel("SQNR dB")
     ax.grid(alpha=0.3)

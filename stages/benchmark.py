@@ -50,20 +50,22 @@ def main(params: Params) -> dict:
 def measure(runs: dict, cfg: BenchmarkParams, params: Params) -> dict[str, list[dict]]:
     """`repeats` interleaved rounds of every run, then FP32/INT8 pairs while the gate's limit is inside the interval.
 
-    Interleaved so slow drift on a shared VM hits every model alike. More pairs are measured only when
-    `gates.confidence` is set and `gates.min_speedup` lies inside the speed-up's interval, until it does not
-    or `max_seconds` is spent: the stage does not judge, it measures until the gate can.
+    Interleaved so slow drift on a shared VM hits every model alike. More pairs are measured while
+    `gates.min_speedup` lies inside the speed-up's interval (with `gates.confidence` set), or while the interval
+    is wider than `benchmark.max_spread` of the ratio either way (two busy cores: one pair far off widens a
+    three-pair interval to 1.7-3.0x), until neither holds or `max_seconds` is spent: the stage does not judge,
+    it measures until the gate can.
     """
     results: dict[str, list[dict]] = {name: [] for name in runs}
     start = time.perf_counter()
     for repeat in range(cfg.repeats):
         for name in runs:
             results[name].append(_run(name, runs, cfg, params, repeat))
-    while _undecided(results, cfg, params):
+    while reason := _more_pairs_needed(results, cfg, params):
         pair_seconds = (time.perf_counter() - start) / sum(len(r) for r in results.values()) * 2
         if time.perf_counter() - start + pair_seconds > cfg.max_seconds:
-            log.info("benchmark: the speed-up interval still holds gates.min_speedup after %d pairs; "
-                     "benchmark.max_seconds %g s spent", len(results["int8"]), cfg.max_seconds)
+            log.info("benchmark: %s after %d pairs; benchmark.max_seconds %g s spent", reason,
+                     len(results["int8"]), cfg.max_seconds)
             break
         for name in ("fp32", "int8"):
             results[name].append(_run(name, runs, cfg, params, len(results[name])))
@@ -76,13 +78,15 @@ def _run(name: str, runs: dict, cfg: BenchmarkParams, params: Params, repeat: in
     return run_benchmark_app(ir, precision, cfg, Path(cfg.report_dir) / f"{name}_{repeat}", params.model.imgsz)
 
 
-def _undecided(results: dict[str, list[dict]], cfg: BenchmarkParams, params: Params) -> bool:
-    """Whether gates.min_speedup lies inside the speed-up interval of the pairs so far (never without a gate)."""
-    limit = params.gates.min_speedup
-    if params.gates.confidence is None or limit is None:
-        return False
-    ratio = speedup_interval(results, cfg.ci_level)
-    return ratio.low < limit <= ratio.high
+def _more_pairs_needed(results: dict[str, list[dict]], cfg: BenchmarkParams, params: Params) -> str:
+    """Why the pairs so far are not enough ('' when they are): the gate's limit inside the speed-up interval, or
+    an interval wider than benchmark.max_spread of the ratio."""
+    limit, ratio = params.gates.min_speedup, speedup_interval(results, cfg.ci_level)
+    if params.gates.confidence is not None and limit is not None and ratio.low < limit <= ratio.high:
+        return "the speed-up interval still holds gates.min_speedup"
+    if (ratio.high - ratio.low) / 2 > cfg.max_spread * ratio.point:
+        return f"the speed-up interval is still wider than benchmark.max_spread {cfg.max_spread:g} of the ratio"
+    return ""
 
 
 def speedup_interval(results: dict[str, list[dict]], level: float) -> Interval:

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from qgate.cli import run_stage
 from qgate.dataset import split_images
 from qgate.divergence import DetectionError, LayerStats, activation_quantizers, instrument, match_layers, sqnr_db
-from qgate.divergence_table import first_divergent, layer_rows
+from qgate.divergence_table import divergent, layer_rows
 from qgate.evaluator import image_tensor
 from qgate.heads import head_for
 from qgate.io import write_csv, write_json, write_text
@@ -23,7 +23,8 @@ from qgate.runtime import compile_model
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["index", "name", "port", "type", "sqnr_db", "local_drop_db", "worst_input", "inherits_error", "cosine",
+COLUMNS = ["index", "name", "port", "type", "sqnr_db", "local_drop_db", "divergent", "worst_input", "inherits_error",
+           "cosine",
            "mse", "l1", "max_abs_err", "fp32_min", "fp32_max", "fp32_mean", "int8_min", "int8_max", "int8_mean",
            "nan_inf", "inputs_quantized", "weights_int8", "introduces_error", "error_from", "clip_fraction",
            "clip_error_share", "round_error_share",
@@ -46,7 +47,10 @@ def main(params: Params) -> dict:
                                                                             head_for(record))
     log.info("[2/2] divergence: ranking layers")
     rows = layer_rows(fp32, int8, keys, stats, quantizers, cfg.concat_range_ratio)
-    first = first_divergent(rows, cfg.local_drop_db)
+    broken = divergent(rows, cfg.local_drop_db, cfg.divergent_sqnr_db)
+    for row in rows:
+        row["divergent"] = int(row in broken)
+    first = broken[0] if broken else None
     below_floor = sum(r["sqnr_db"] < cfg.sqnr_floor_db for r in rows)
     metrics = {
         "detection_error": round(detections.mean, 5),
@@ -55,6 +59,7 @@ def main(params: Params) -> dict:
         "min_layer_sqnr_db": min(r["sqnr_db"] for r in rows),
         "first_divergent_layer": first["name"] if first else "",
         "first_divergent_local_drop_db": first["local_drop_db"] if first else 0.0,
+        "divergent_layers": len(broken),
         "layers_below_sqnr_floor": below_floor,
         "layers_below_sqnr_floor_frac": round(below_floor / len(rows), 4) if rows else 0.0,
         "nan_inf_layers": sum(r["nan_inf"] > 0 for r in rows),
@@ -66,7 +71,7 @@ def main(params: Params) -> dict:
     }
     write_csv(cfg.csv, rows, COLUMNS)
     write_csv(cfg.plot, [{"index": r["index"], "sqnr_db": r["sqnr_db"]} for r in rows], ["index", "sqnr_db"])
-    write_text(cfg.table, markdown_table(rows, first, cfg.top_k, metrics))
+    write_text(cfg.table, markdown_table(rows, broken, cfg.top_k, metrics))
     write_json(cfg.metrics, metrics)
     return metrics
 
@@ -119,17 +124,21 @@ def _capture(params: Params, fp32: ov.Model, int8: ov.Model, keys: list, images:
     return stats, quantizers, output_stats, sqnr_db(*instrumentation_sq), detections
 
 
-def markdown_table(rows: list[dict], first: dict | None, top_k: int, metrics: dict) -> str:
-    """The top-k layers by local SQNR drop as a Markdown table, with the first divergent layer on top."""
+def markdown_table(rows: list[dict], broken: list[dict], top_k: int, metrics: dict) -> str:
+    """The top-k layers by local SQNR drop as a Markdown table, under a line naming the divergent layers."""
+    names = ", ".join(f"`{r['name']}` ({r['sqnr_db']:.1f} dB)" for r in broken[:5])
     lines = [f"Output SQNR {metrics['output_sqnr_db']:.1f} dB over {metrics['images']} images; "
-             f"first divergent layer: `{first['name']}`" if first else "no layer passes the local-drop threshold",
+             + (f"{len(broken)} divergent layers, in graph order: {names}" if broken else
+                "no divergent layer (none loses the local-drop threshold and ends below the divergent SQNR)"),
              "", "Top layers by local SQNR drop (error introduced at the layer, not carried in):", "",
-             "| # | layer | type | SQNR dB | local drop dB | clipped | advice |", "|---|---|---|---|---|---|---|"]
+             "| # | layer | type | SQNR dB | local drop dB | divergent | clipped | advice |",
+             "|---|---|---|---|---|---|---|---|"]
     ranked = sorted((r for r in rows if r["inherits_error"]), key=lambda r: -r["local_drop_db"])
     for row in ranked[:top_k]:
         clipped = f"{row['clip_fraction']:.2%}" if row["clip_fraction"] != "" else ""
         lines.append(f"| {row['index']} | `{row['name']}` | {row['type']} | {row['sqnr_db']:.1f} | "
-                     f"{row['local_drop_db']:.1f} | {clipped} | {row['advice']} |")
+                     f"{row['local_drop_db']:.1f} | {'yes' if row['divergent'] else ''} | {clipped} | "
+                     f"{row['advice']} |")
     return "\n".join(lines) + "\n"
 
 

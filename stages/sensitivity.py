@@ -46,8 +46,10 @@ def main(params: Params) -> dict:
              len(groups), len(images))
     with open_executor(params.compute) as executor:
         scores = score_groups(params, fp32, int8, groups, images, head_for(record), executor=executor)
-    rows = (rank(groups, scores, images, clip_shares(params), cfg.rank_quantile) if scores["base"].sum() > 0
+    layers = divergence_rows(params)
+    rows = (rank(groups, scores, images, clip_shares(layers), cfg.rank_quantile) if scores["base"].sum() > 0
             else [])
+    lead, lead_rank = lead_divergent(rows, [r["name"] for r in layers if r.get("divergent") == "1"])
     log.info("[2/2] sensitivity: writing %s", cfg.csv)
     write_csv(cfg.csv, rows, COLUMNS + [f"error_removed_{p.stem}" for p in images])
     write_text(cfg.plot, svg_text(sensitivity_figure(rows[: cfg.top_k])))
@@ -56,6 +58,9 @@ def main(params: Params) -> dict:
         "images": len(images),
         "top_quantizer": rows[0]["quantizer"] if rows else "",
         "top_error_removed": rows[0]["error_removed"] if rows else 0.0,
+        "top_first_op": rows[0]["first_op"] if rows else "",
+        "lead_divergent_layer": lead,
+        "lead_divergent_rank": lead_rank,
         "int8_detection_error": round(float(np.mean(scores["base"])), 6),
         "seconds": round(time.perf_counter() - start, 2),
         "model_sha256": record["model_sha256"],
@@ -138,13 +143,29 @@ def rank(groups: list[Group], scores: dict, images: list[Path], clip: dict[str, 
     return rows
 
 
-def clip_shares(params: Params) -> dict[str, float]:
-    """Clipping's share of the quantization error per op, from the divergence stage (empty if absent)."""
+def divergence_rows(params: Params) -> list[dict]:
+    """The divergence stage's per-layer rows (empty if absent)."""
     path = Path(params.divergence.csv)
     if not path.is_file():
-        return {}
+        return []
     with open(path) as handle:
-        return {r["name"]: float(r["clip_error_share"]) for r in csv.DictReader(handle) if r["clip_error_share"]}
+        return list(csv.DictReader(handle))
+
+
+def clip_shares(layers: list[dict]) -> dict[str, float]:
+    """Clipping's share of the quantization error per op, from the divergence rows."""
+    return {r["name"]: float(r["clip_error_share"]) for r in layers if r["clip_error_share"]}
+
+
+def lead_divergent(rows: list[dict], divergent: list[str]) -> tuple[str, int]:
+    """Of the divergent layers, the one whose quantizer group ranks highest (its error matters most to the
+    detections), with that rank; ('', 0) when no divergent layer is in any ranked group."""
+    for row in rows:
+        names = set(row["ignored_names"].split(";"))
+        found = next((name for name in divergent if name in names), None)
+        if found:
+            return found, int(row["rank"])
+    return "", 0
 
 
 if __name__ == "__main__":

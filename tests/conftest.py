@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import re
 import shutil
@@ -285,6 +287,30 @@ def scale_range(fq, factor: float) -> None:
     for port in range(1, 5):  # input_low, input_high, output_low, output_high
         data = fq.input_value(port).get_node().get_data() * factor
         fq.input(port).replace_source_output(opset.constant(data.astype(np.float32)).output(0))
+
+
+def plant_range_fault(project: Path, layer: str, factor: float = 0.05) -> None:
+    """Shrink the range of the quantizer feeding `layer` (clipping); the planted IR stands in for quantize's."""
+    from qgate.io import sha256_file
+
+    edit_int8(project, lambda model: scale_range(feeding_quantizer(model, layer), factor))
+    record = json.loads((project / "metrics/quantize.json").read_text())
+    record["int8_ir_bin_sha256"] = sha256_file(project / "models/int8/model_int8.bin")
+    (project / "metrics/quantize.json").write_text(json.dumps(record))
+
+
+BACKBONE_FAULT = "/model.6/cv1/conv/Conv/WithoutBiases"  # mid-backbone in v8 (C2f) and v11 (C3k2): a real fault site
+
+
+def divergence_and_ranking(project: Path) -> tuple[dict, list[str], dict]:
+    """Run the divergence and sensitivity stages in `project`: divergence metrics, divergent layers, ranking metrics."""
+    for name in ("divergence", "sensitivity"):
+        done = stage(name, project)
+        assert done.returncode == 0, done.stderr[-3000:]
+    with open(project / "reports/divergence.csv") as handle:
+        divergent = [row["name"] for row in csv.DictReader(handle) if row["divergent"] == "1"]
+    return (json.loads((project / "metrics/divergence.json").read_text()), divergent,
+            json.loads((project / "metrics/sensitivity.json").read_text()))
 
 
 def git(repo: Path, *args: str) -> str:

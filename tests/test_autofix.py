@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 import yaml
 
-from qgate.io import sha256_file
 from qgate.mixed import Group
 from qgate.plots import sensitivity_figure, svg_text
 from stages import sensitivity
-from tests.conftest import (ROOT, assert_fails_cleanly, copy_project, edit_int8, error_line, failed_in_table,
-                            feeding_quantizer, scale_range, stage)
+from tests.conftest import (ROOT, assert_fails_cleanly, copy_project, divergence_and_ranking, error_line,
+                            failed_in_table, plant_range_fault, stage)
 
 PLANTED = "/model.1/conv/Conv/WithoutBiases"
 
@@ -157,22 +156,16 @@ def _copy_demo(demo: Path, dest: Path) -> Path:
     return dest
 
 
-def _plant_fault(project: Path) -> None:
-    """Shrink the range of the quantizer before PLANTED 20x; the planted IR stands in for quantize's output."""
-    edit_int8(project, lambda model: scale_range(feeding_quantizer(model, PLANTED), 0.05))
-    record = _json(project, "metrics/quantize.json")
-    record["int8_ir_bin_sha256"] = sha256_file(project / "models/int8/model_int8.bin")
-    (project / "metrics/quantize.json").write_text(json.dumps(record))
-
-
 @pytest.mark.slow
 def test_planted_fault_ranks_top3_and_autofix_keeps_it_float(tmp_path, demo):
     project = _copy_demo(demo, tmp_path / "p")
-    _plant_fault(project)
+    plant_range_fault(project, PLANTED)
     _run(project, "int8_eval")
     broken = _json(project, "metrics/int8.json")
     assert broken["map50_95_drop"] > 0.05, broken  # the fault really breaks the model
-    _run(project, "sensitivity", "autofix")
+    _, divergent, ranking = divergence_and_ranking(project)
+    assert divergent == [PLANTED] and ranking["lead_divergent_layer"] == PLANTED, (divergent, ranking)
+    _run(project, "autofix")
     top3 = [r["ignored_names"].split(";") for r in _rows(project, "reports/sensitivity.csv")[:3]]
     assert any(PLANTED in names for names in top3), top3
     fixed = _json(project, "metrics/autofix.json")
@@ -185,7 +178,7 @@ def test_planted_fault_ranks_top3_and_autofix_keeps_it_float(tmp_path, demo):
 @pytest.mark.slow
 def test_an_unreachable_target_reports_the_best_and_fails_the_gate(tmp_path, demo):
     project = _copy_demo(demo, tmp_path / "p")
-    _plant_fault(project)
+    plant_range_fault(project, PLANTED)
     _params(project, autofix={"target_drop": -0.5})
     _run(project, "int8_eval", "divergence", "sensitivity", "autofix")
     fixed = _json(project, "metrics/autofix.json")

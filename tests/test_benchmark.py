@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import assert_fails_cleanly, copy_project, stage
+import pytest
+
+from qgate.params import load_params
+from stages import benchmark
+from tests.conftest import ROOT, assert_fails_cleanly, copy_project, stage
 
 
 def test_benchmark_metrics(tmp_path, quantized_project, tiny_weights):
@@ -42,3 +46,15 @@ def test_benchmark_app_failure_shows_its_error(tmp_path, quantized_project, tiny
     (project / "models" / "int8" / "model_int8.xml").write_text("<net>broken</net>")
     assert_fails_cleanly("benchmark", project, ["model_int8.xml: benchmark_app failed (exit 1):",
                                                 "Unable to read the model"], "metrics/benchmark.json")
+
+
+@pytest.mark.parametrize("int8_fps, reason", [
+    ([130, 131, 129], "holds gates.min_speedup"),  # ~1.3x against a 1.3 limit: the gate cannot tell yet
+    ([200, 260, 330], "wider than benchmark.max_spread 0.15"),  # ~2.6x, far from the limit, but one pair far off
+    ([250, 252, 249], ""),  # 2.5x, tight: enough
+], ids=["limit-inside", "too-wide", "enough"])
+def test_more_pairs_while_the_limit_is_inside_or_the_interval_is_wide(int8_fps, reason):
+    params = load_params(ROOT / "params.yaml")
+    results = {"fp32": [{"fps": 100.0}] * 3, "int8": [{"fps": float(fps)} for fps in int8_fps]}
+    found = benchmark._more_pairs_needed(results, params.benchmark, params)
+    assert (reason in found) if reason else found == "", found

@@ -21,7 +21,7 @@ from qgate.params import load_params
 # The demo's divergence names a first divergent layer or says none crossed the threshold; either way the hint
 # says where to look first
 _FIRST = json.loads((SAMPLE_PROJECT / "metrics/divergence.json").read_text())["first_divergent_layer"]
-WHERE_TO_LOOK = f"first divergent layer {_FIRST}" if _FIRST else "no layer crossed divergence.local_drop_db"
+WHERE_TO_LOOK = f"divergent layer {_FIRST}" if _FIRST else "no divergent layer (none ends below"
 ALL_GATES = [
     "accuracy_map50_95_drop", "speed_speedup", "drift_detection_error", "drift_nan_inf", "drift_layers_below_floor",
     "structure_op_inventory", "structure_quantized", "structure_ignored_scope_float", "provenance_same_model",

@@ -47,6 +47,8 @@ def test_int8_and_benchmark_metrics(demo_checkout):
         assert key in bench, key
     quantize = json.loads((demo_checkout / params.quantize.metrics).read_text())
     assert quantize["fake_quantize_count"] > 0 and quantize["calibration_overlaps_val"] == 0
+    divergence = json.loads((demo_checkout / params.divergence.metrics).read_text())
+    assert divergence["divergent_layers"] == 0, divergence  # the demo as quantized: no layer named
     record = json.loads((demo_checkout / params.export.record).read_text())
     assert {int8["model_sha256"], bench["model_sha256"], quantize["model_sha256"]} == {record["model_sha256"]}
 
@@ -96,8 +98,8 @@ def test_changing_a_benchmark_param_stales_only_benchmark(demo_checkout):
 
 
 def test_changing_a_default_in_code_stales_only_the_stage_that_reads_it(demo_checkout):
-    with _edited(demo_checkout, "qgate/defaults.yaml", lambda text: text.replace("  seconds: 10 ", "  seconds: 11 ")):
-        assert "  seconds: 11 " in (demo_checkout / "qgate/defaults.yaml").read_text()
+    with _edited(demo_checkout, "qgate/defaults.yaml", lambda text: text.replace("  seconds: 5 ", "  seconds: 6 ")):
+        assert "  seconds: 6 " in (demo_checkout / "qgate/defaults.yaml").read_text()
         stale = _stale_after_resolving(demo_checkout)
     assert stale == ["benchmark"]
 

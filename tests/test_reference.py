@@ -15,7 +15,8 @@ import yaml
 
 from qgate.dataset import coco_ground_truth, load_dataset, split_images, ultralytics_yaml
 from qgate.cocoeval import coco_map
-from tests.conftest import ROOT, failed_in_table, working_tree_copy
+from tests.conftest import (BACKBONE_FAULT, ROOT, divergence_and_ranking, failed_in_table, plant_range_fault,
+                            working_tree_copy)
 
 REFERENCE_FP32_MAP50_95 = 0.4697  # qgate's evaluator, static 640 (the issue's reference number)
 
@@ -148,6 +149,25 @@ def test_only_an_op_that_quantizes_is_named_first_divergent(gated):
     for row in amplifying:
         assert "float op: amplifies the error it inherits" in row["advice"], row
         assert rows[row["error_from"]]["introduces_error"] == "1", row
+
+
+def test_a_backbone_fault_is_the_layer_named_and_the_ranking_agrees(gated, tmp_path):
+    """As quantized, the official yolov8n has no divergent layer. With the range feeding a mid-backbone conv shrunk
+    20x (measured: that layer at 2.6 dB after losing 16.6 dB, detection error 0.78), it is the one divergent layer,
+    the sensitivity ranking puts its quantizers first, and the failed drift gate's hint names it."""
+    checkout, _ = gated
+    assert json.loads((checkout / "metrics/divergence.json").read_text())["divergent_layers"] == 0
+    planted = tmp_path / "planted"
+    shutil.copytree(checkout, planted, symlinks=True, ignore=shutil.ignore_patterns(".git", ".dvc"))
+    plant_range_fault(planted, BACKBONE_FAULT)
+    _, divergent, ranking = divergence_and_ranking(planted)
+    assert divergent == [BACKBONE_FAULT], divergent
+    assert ranking["lead_divergent_layer"] == BACKBONE_FAULT and ranking["lead_divergent_rank"] == 1, ranking
+    judged = subprocess.run([str(planted / ".venv/bin/python"), "-m", "qgate.judge"], cwd=planted,
+                            capture_output=True, text=True, timeout=600)
+    todo = judged.stdout.split("What to do:", 1)[-1]
+    block = next(b for b in todo.split("\n\n") if "drift_detection_error" in b)
+    assert f"look at: divergent layer {BACKBONE_FAULT} (" in block and "rank #1 in" in block, block
 
 
 def test_the_drift_gates_pass_when_the_accuracy_gate_does(gated):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, dvc, git
+from conftest import BACKBONE_FAULT, ROOT, divergence_and_ranking, dvc, git, plant_range_fault
 
 from qgate.io import sha256_file
 from qgate.params import load_params
@@ -103,6 +103,7 @@ def test_a_fork_judges_its_own_model_on_a_fresh_runner_then_fails_in_one_line_wi
     print(f"YOLO11n on the demo data: FP32 {int8['baseline_map50_95']:.4f}, INT8 {int8['map50_95']:.4f}, "
           f"drop {int8['map50_95_drop']:+.4f}")
     assert int8["baseline_map50_95"] >= 0.3  # trained, not a random model that passes every gate trivially
+    a_fault_in_its_backbone_is_the_layer_named(runner, tmp_path / "planted")
     text = (tmp_path / "step_summary.md").read_text()
     assert "# qgate report: PASS" in text and "## Metrics: this branch vs main" in text
     assert "judged another model" in text  # main's committed metrics are upstream's demo, not this model
@@ -122,6 +123,17 @@ def test_a_fork_judges_its_own_model_on_a_fresh_runner_then_fails_in_one_line_wi
     assert "models/own/detector.pt (model.weights)" in errors[0] and "data/own (model.data_dir)" in errors[0]
     assert "not in the DVC remote" in errors[0]
     assert "Running stage" not in failed.stdout
+
+
+def a_fault_in_its_backbone_is_the_layer_named(runner: Path, planted: Path) -> None:
+    """On this YOLO11n (not the demo's v8): no layer is divergent as quantized; with a range fault planted
+    mid-backbone, that layer alone is, and the sensitivity ranking puts its quantizers first."""
+    healthy = json.loads((runner / "metrics/divergence.json").read_text())
+    assert healthy["divergent_layers"] == 0, healthy
+    shutil.copytree(runner, planted, symlinks=True, ignore=shutil.ignore_patterns(".venv", ".git", ".dvc"))
+    plant_range_fault(planted, BACKBONE_FAULT)
+    _, divergent, ranking = divergence_and_ranking(planted)
+    assert divergent == [BACKBONE_FAULT] and ranking["lead_divergent_layer"] == BACKBONE_FAULT, (divergent, ranking)
 
 
 OWN_WEIGHTS = "models/own/detector.pt"
