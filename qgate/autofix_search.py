@@ -46,12 +46,14 @@ class Search:
         self.steps: list[dict] = []
         self.scorer: PairedScorer | None = None  # built on the first evaluation, which brings the ground truth
         self.fp32_scores = self.current_scores = None
+        self.stopped = ""  # why the greedy search ended: target | budget | noise | ranking
 
     def run(self) -> tuple[list[int], dict]:
         """The chosen groups and their evaluation (the first within target, else the lowest drop reached)."""
         target, total = self.params.autofix.target_drop, len(self.order)
         if target < 0:  # every group float computes FP32's output, so drop 0 is the floor: show it, stop
             log.warning("autofix.target_drop %.4f < 0 cannot be reached even with every group in float", target)
+            self.stopped = "ranking"
             return self.order, self.evaluate(self.order, f"all {total} groups")
         chosen, best = self._greedy()
         if not best["within_target"]:
@@ -63,14 +65,20 @@ class Search:
     def _greedy(self) -> tuple[list[int], dict]:
         """Add groups in ranked order, keeping each one only if it gains significantly, until within target."""
         chosen, best = [], self.start
+        self.stopped = "ranking"
         for group in self.order:
-            if not self._budget_left() or self._nothing_can_gain():
+            if not self._budget_left():
+                self.stopped = "budget"
+                break
+            if self._nothing_can_gain():
+                self.stopped = "noise"
                 break
             step = self.evaluate([*chosen, group], f"+ {self.groups[group].ops[0]}")
             if step["gain_ci_low"] > 0:
                 chosen, best, self.current_scores = [*chosen, group], step, self.last_scores
                 step["kept"] = 1
                 if step["within_target"]:
+                    self.stopped = "target"
                     break
         return chosen, best
 

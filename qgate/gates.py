@@ -241,6 +241,14 @@ def _accuracy_hint(m: Metrics) -> str:
     return hint + _autofix_hint(m)
 
 
+AUTOFIX_STOPS = {  # why autofix's search ended short of its target, and what would take it further
+    "budget": "its budget ran out (raise autofix.max_evaluations); ",
+    "noise": ("the drop left is within the val set's noise, so no group could show a real gain (add images, or "
+              "set a target the data resolves); "),
+    "ranking": "every ranked quantizer group was tried; ",
+}
+
+
 def _autofix_hint(m: Metrics) -> str:
     """autofix's suggestion (the ignored scope to paste and the mAP it reached), or why there is none."""
     cfg = m.params.autofix
@@ -251,7 +259,8 @@ def _autofix_hint(m: Metrics) -> str:
         fixed_drop, evaluations = m.number(cfg.metrics, "fixed_map50_95_drop"), m.value(cfg.metrics, "evaluations")
         if not m.value(cfg.metrics, "reached"):
             return (f". autofix did not reach autofix.target_drop {cfg.target_drop}: best drop {fixed_drop:.4f} after "
-                    f"{evaluations} full evaluations (raise autofix.max_evaluations; see {cfg.steps})")
+                    f"{evaluations} full evaluations; {AUTOFIX_STOPS.get(m.value(cfg.metrics, 'stopped'), '')}"
+                    f"see {cfg.steps}")
         block = m.read(cfg.scope)
     except MetricsUnavailable as exc:
         return f". (no autofix suggestion: {exc})"

@@ -4,7 +4,8 @@
 (qgate.gates.GATED_STAGES) and everything upstream of them. A dependency that a pipeline stage makes (the demo's
 data and model, the IRs) is the pipeline's business. Any other dependency missing from the checkout is pulled
 from the DVC remote when a `.dvc` file tracks it; when it cannot be had, one line names the missing paths, their
-params keys and what to set up, before any stage runs (a missing model must never turn into a retrain or a traceback ten minutes in).
+params keys and what to set up, before any stage runs (a missing model must never turn into a retrain or a
+traceback ten minutes in).
 """
 
 from __future__ import annotations

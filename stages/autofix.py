@@ -65,6 +65,7 @@ def main(params: Params) -> dict:
         "groups_float": len(chosen) if needed else 0,
         "ops_float_added": len(names),
         "evaluations": len(steps),
+        "stopped": search.stopped if needed else "",
         "fixed_map50_95": best["map50_95"],
         "fixed_map50": best["map50"],
         "fixed_map50_95_drop": best["map50_95_drop"],

@@ -203,10 +203,10 @@ def test_naive_config_fails_with_a_scope_that_makes_the_gate_pass_once_pasted(tm
     project = _copy_demo(demo, tmp_path / "p")
     naive = {"preset": "performance", "keep_decode_float": False,
              "ignored_scope": {"names": [], "patterns": [], "types": [], "subgraphs": []}}
-    # the gate tighter than the default: the naive drop measured 0.0166 [0.0078, 0.0265] on the demo as trained
-    # on one machine and less on another; 0.005 it violates on both, decided or by its point estimate
-    _params(project, quantize=naive, benchmark={"seconds": 5, "repeats": 2, "max_seconds": 30},
-            gates={"max_map50_95_drop": 0.005}, autofix={"target_drop": 0.003})
+    # the default gate (0.01) and target (0.008): the naive drop measured 0.0166 [0.0078, 0.0265] and 0.0258
+    # [0.0176, 0.0356] on demos trained on two machines; under gates.inconclusive: point both fail, and autofix
+    # aims at its target by the point estimate
+    _params(project, quantize=naive, benchmark={"seconds": 5, "repeats": 2, "max_seconds": 30})
     pipeline = ("quantize", "int8_eval", "divergence", "sensitivity", "autofix", "benchmark")
     _run(project, *pipeline)
     failing = _gates(project)

@@ -18,9 +18,11 @@ from conftest import ROOT, SAMPLE_PROJECT
 
 from qgate.params import load_params
 
-# The demo's divergence names a first divergent layer or says none crossed the threshold; either way the hint
-# says where to look first
-_FIRST = json.loads((SAMPLE_PROJECT / "metrics/divergence.json").read_text())["first_divergent_layer"]
+# The demo's divergence and sensitivity name the layer to look at, or say no layer is divergent; either way the
+# hint says where to look first
+_FIRST = (json.loads((SAMPLE_PROJECT / "metrics/sensitivity.json").read_text())["lead_divergent_layer"]
+          or json.loads((SAMPLE_PROJECT / "metrics/divergence.json").read_text())["first_divergent_layer"])
+IMAGES = json.loads((SAMPLE_PROJECT / "metrics/int8.json").read_text())["images"]  # the demo's val images
 WHERE_TO_LOOK = f"divergent layer {_FIRST}" if _FIRST else "no divergent layer (none ends below"
 ALL_GATES = [
     "accuracy_map50_95_drop", "speed_speedup", "drift_detection_error", "drift_nan_inf", "drift_layers_below_floor",
@@ -290,9 +292,9 @@ THREE_VALUED = [
      ["is inconclusive against limit <= 0.01", "counted as failed by gates.inconclusive: fail"]),
     ((0.008, 0.002, 0.014), 0.95, "point", 0, "inconclusive (pass)",
      ["is inconclusive against limit <= 0.01", "decided by its point estimate: passed (gates.inconclusive: point)",
-      "about 900 images (not 100) would resolve it"]),  # the interval's side facing the limit is 3x the gap
+      f"about {9 * IMAGES} images (not {IMAGES}) would resolve it"]),  # the side facing the limit is 3x the gap
     ((0.012, 0.006, 0.018), 0.95, "point", 1, "inconclusive (FAIL)",
-     ["decided by its point estimate: failed (gates.inconclusive: point)", "about 900 images (not 100)"]),
+     ["decided by its point estimate: failed (gates.inconclusive: point)", f"about {9 * IMAGES} images (not"]),
     ((0.008, 0.002, 0.014), None, "fail", 0, "pass", ["within limit <= 0.01"]),  # point estimate decides
     ((0.012, 0.002, 0.018), None, "pass", 1, "FAIL", ["violates limit <= 0.01"]),
 ]
@@ -376,8 +378,8 @@ def test_a_limit_finer_than_the_val_set_resolves_says_so(project):
     edit_gates(project, max_map50_95_drop=0.01)
     result = run(project, "qgate.judge")
     assert result.returncode == 0, result.stdout + result.stderr  # a warning, not a verdict
-    caveat = ("100 images resolve mAP50-95 drops of about 0.0080; the limit 0.01 is less than twice that: add images "
-              "or raise the limit")
+    caveat = (f"{IMAGES} images resolve mAP50-95 drops of about 0.0080; the limit 0.01 is less than twice that: add "
+              "images or raise the limit")
     assert caveat in (project / "reports/report.md").read_text()
     assert caveat in (project / "reports/gates.xml").read_text()
 

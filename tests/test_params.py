@@ -131,7 +131,7 @@ def test_a_params_file_of_an_earlier_release_loads_with_one_notice_and_runs(tmp_
     # a value written in params.yaml is the user's, whatever the release
     current = as_dict(load_params(ROOT / "params.yaml"))
     for (section, key), (then, now) in {("gates", "inconclusive"): ("pass", "point"),
-                                        ("benchmark", "seconds"): (10, 5)}.items():
+                                        ("benchmark", "seconds"): (10, 5), ("demo", "val_images"): (100, 200)}.items():
         assert (resolved[section].pop(key), current[section].pop(key)) == (then, now)
     assert resolved == current
 

@@ -23,8 +23,8 @@ def make(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 def test_make_help_lists_every_target_with_a_comment():
     done = make(ROOT)
     assert done.returncode == 0, done.stderr
-    for target in ("setup", "test", "test-fast", "inputs", "repro", "gate", "sample", "report", "pull", "promote", "lint",
-                   "clean", "help"):
+    for target in ("setup", "test", "test-fast", "inputs", "repro", "gate", "sample", "report", "pull", "promote",
+                   "lint", "clean", "help"):
         assert f"make {target} " in done.stdout, f"`make help` does not list {target}"
 
 
