@@ -29,7 +29,11 @@ BEGIN, END = "<!-- verdict-output:begin -->", "<!-- verdict-output:end -->"
 def verdict_block(params_path: str) -> str:
     """The terminal output of `make gate`'s verdict for the current metrics, as the README shows it."""
     metrics = Metrics(load_params(params_path))
-    return f"{terminal(metrics, judge_all(metrics.params, metrics))}\n{report.written(metrics.params)}"
+    return _block(metrics, judge_all(metrics.params, metrics))
+
+
+def _block(metrics: Metrics, verdicts: list) -> str:
+    return f"{terminal(metrics, verdicts)}\n{report.written(metrics.params)}"
 
 
 def readme_block(text: str) -> str:
@@ -51,7 +55,8 @@ def main(params_path: str) -> int:
     """Write the report, copy it to docs/sample, screenshot it in Chromium, put the verdict in the README."""
     params = load_params(params_path)
     metrics = Metrics(params)
-    report.write_report(metrics, judge_all(params, metrics), Path(params_path))
+    verdicts = judge_all(params, metrics)  # judged once: the report and the README's block
+    report.write_report(metrics, verdicts, Path(params_path))
     page = SAMPLE / "report.html"
     SAMPLE.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(params.gates.report_html, page)
@@ -61,7 +66,7 @@ def main(params_path: str) -> int:
                          f"{check.external_requests(SAMPLE)}")
     write_bytes(SAMPLE / "report.png", check.screenshot)
     _snapshot([params_path, *metrics.paths()])
-    write_text(README, with_block(README.read_text(), verdict_block(params_path)))
+    write_text(README, with_block(README.read_text(), _block(metrics, verdicts)))
     print(f"wrote {page} ({check.images} images, {check.svgs} plots, all loaded), {SAMPLE / 'report.png'} and "
           f"the verdict block in {README}")
     return 0
