@@ -34,6 +34,7 @@ from benchmarks.peers import benchmark_case  # noqa: E402
 from qgate.dataset import split_images  # noqa: E402
 from qgate.evaluator import evaluate, image_tensor  # noqa: E402
 from qgate.heads import RawHead  # noqa: E402
+from qgate.tasks import Detect  # noqa: E402
 from qgate.io import read_json  # noqa: E402
 from qgate.mixed import quantizer_groups, revert  # noqa: E402
 from qgate.artifacts import export_record, fp32_ir, int8_ir, model_dataset  # noqa: E402
@@ -42,6 +43,7 @@ from stages import baseline, int8_eval, quantize, sensitivity  # noqa: E402
 
 SWITCH = "qgate_float_groups"
 HEAD = RawHead()  # the demo's YOLOv8n exports the raw layout
+TASK = Detect(HEAD)
 
 
 def emulated(int8: ov.Model, groups, switchable: bool = True) -> ov.Model:
@@ -86,12 +88,12 @@ def emulated_scores(params, fp32, int8, groups, images) -> np.ndarray:
 
 
 def compiled_scores(params, fp32, int8, groups, images, error=None) -> dict:
-    return sensitivity.score_groups(params, fp32, int8, groups, images, HEAD, error)
+    return sensitivity.score_groups(params, fp32, int8, groups, images, TASK, error)
 
 
-def squared_error(out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:
+def squared_error(out: tuple, reference: tuple, mask: np.ndarray) -> float:
     """Mean squared difference of two head outputs on the masked anchors: qgate's score before the detection error."""
-    return float(np.mean((out[:, mask] - reference[:, mask]) ** 2)) if mask.any() else 0.0
+    return float(np.mean((out[0][:, mask] - reference[0][:, mask]) ** 2)) if mask.any() else 0.0
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:

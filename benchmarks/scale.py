@@ -65,7 +65,8 @@ def measure(ir: str, images: list[Path], names: tuple[str, ...], workers: int | 
     from qgate.backends import open_executor
     from qgate.compute import LocalExecutor, peak_rss_mb
     from qgate.evaluator import Predictor, predict, score
-    from qgate.heads import Postprocess, RawHead
+    from qgate.heads import Postprocess
+    from qgate.tasks import Detect
     from qgate.runtime import PortableModel
 
     start = time.perf_counter()
@@ -74,7 +75,7 @@ def measure(ir: str, images: list[Path], names: tuple[str, ...], workers: int | 
         started = time.perf_counter() - start
         begin = time.perf_counter()
         per_image, shapes, precisions = predict(executor, Predictor(PortableModel(ir), "f32", 640, Postprocess(),
-                                                                    RawHead()), images, 16)
+                                                                    Detect()), images, 16)
         predicted, predicted_rss = time.perf_counter() - begin, peak_rss_mb()
         result = score(images, names, per_image, shapes, predicted, precisions)
         scored = time.perf_counter() - begin - predicted

@@ -1,4 +1,4 @@
-"""Per-image agreement between two detection sets (FP32 vs INT8): the 'bad cases' ranking."""
+"""Per-image agreement between two prediction sets (FP32 vs INT8): the 'bad cases' ranking, and the box match."""
 
 from __future__ import annotations
 
@@ -46,13 +46,17 @@ def match(reference: list[dict], candidate: list[dict], iou_threshold: float) ->
     return matched
 
 
-def bad_cases(fp32: list[dict], int8: list[dict], images: list[dict], conf: float, iou: float) -> list[dict]:
-    """Rank images by disagreement = 1 - (sum of matched IoUs) / max(#FP32, #INT8) confident detections."""
+def bad_cases(fp32: list[dict], int8: list[dict], images: list[dict], conf: float, iou: float,
+              matcher=match) -> list[dict]:
+    """Rank images by disagreement = 1 - (sum of matched IoUs) / max(#FP32, #INT8) confident detections.
+
+    `matcher` is the task's one-to-one match (`qgate.tasks`): boxes by default, masks or keypoints by theirs.
+    """
     fp32_by, int8_by = _by_image(fp32, conf), _by_image(int8, conf)
     rows = []
     for image in images:
         ref, cand = fp32_by.get(image["id"], []), int8_by.get(image["id"], [])
-        ious = match(ref, cand, iou)
+        ious = matcher(ref, cand, iou)
         total = max(len(ref), len(cand))
         rows.append({"image_id": image["id"], "file_name": image["file_name"],
                      "disagreement": round(1 - sum(ious) / total, 5) if total else 0.0,

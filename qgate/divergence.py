@@ -118,17 +118,18 @@ class DetectionError:
     anchors (most of it) weigh nothing.
     """
 
-    def __init__(self, head, conf: float):
-        self.head, self.conf = head, conf
+    def __init__(self, task, conf: float):
+        self.task, self.conf = task, conf
         self.total, self.count = 0.0, 0
 
-    def update(self, ref: np.ndarray, test: np.ndarray) -> None:
-        """Add one image's FP32 (`ref`) and INT8 (`test`) head output (the batch dimension removed)."""
-        ref, test = ref.astype(np.float64), test.astype(np.float64)
-        test = np.where(np.isfinite(test), test, 0.0)  # NaN/inf are counted per layer (nan_inf), not here
+    def update(self, ref: tuple, test: tuple) -> None:
+        """Add one image's FP32 (`ref`) and INT8 (`test`) outputs the task reads (the batch dimension removed)."""
+        ref = tuple(r.astype(np.float64) for r in ref)
+        # NaN/inf are counted per layer (nan_inf), not here
+        test = tuple(np.where(np.isfinite(t), t, 0.0) for t in (t.astype(np.float64) for t in test))
         for reference, candidate in ((ref, test), (test, ref)):
-            mask = self.head.confident(reference, self.conf)
-            self.total += self.head.detection_error(candidate, reference, mask)
+            mask = self.task.confident(reference, self.conf)
+            self.total += self.task.detection_error(candidate, reference, mask)
             self.count += int(mask.sum())
 
     @property

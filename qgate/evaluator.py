@@ -18,10 +18,10 @@ from tqdm import tqdm
 
 from qgate.cocoeval import coco_map
 from qgate.compute import Job, LocalExecutor
-from qgate.dataset import coco_ground_truth
 from qgate.errors import QgateError
-from qgate.heads import Postprocess, RawHead
+from qgate.heads import Postprocess
 from qgate.runtime import PortableModel, compile_model, infer_pipelined, measured_precision
+from qgate.tasks import Detect, Letterbox
 
 PAD_VALUE = 114
 
@@ -94,23 +94,6 @@ def image_tensor(source: Path | EncodedImage, imgsz: int) -> np.ndarray:
     return to_tensor(letterbox(load_image(source, imgsz)[0], imgsz)[0])
 
 
-def scale_to_original(rows: np.ndarray, hw0: tuple[int, int], hw: tuple[int, int], pad: tuple[int, int]) -> np.ndarray:
-    """Undo letterbox padding and resize, then clip to the original image."""
-    boxes = rows[:, :4].copy()
-    boxes[:, [0, 2]] = (boxes[:, [0, 2]] - pad[0]) / (hw[1] / hw0[1])
-    boxes[:, [1, 3]] = (boxes[:, [1, 3]] - pad[1]) / (hw[0] / hw0[0])
-    boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, hw0[1])
-    boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, hw0[0])
-    return np.concatenate([boxes, rows[:, 4:]], axis=1)
-
-
-def to_coco(rows: np.ndarray, image_id: int) -> list[dict]:
-    """Rows (x1, y1, x2, y2, score, class) -> COCO detections; category id = class + 1."""
-    return [{"image_id": image_id, "category_id": int(c) + 1,
-             "bbox": [round(float(x1), 3), round(float(y1), 3), round(float(x2 - x1), 3), round(float(y2 - y1), 3)],
-             "score": round(float(s), 5)} for x1, y1, x2, y2, s, c in rows]
-
-
 @dataclass(frozen=True)
 class EncodedImage:
     """An image file's name and bytes: what a remote worker decodes, with no shared file system."""
@@ -127,13 +110,13 @@ def portable_images(images: list[Path], remote: bool) -> Iterator[Path | Encoded
 
 @dataclass(frozen=True)
 class Predictor:
-    """What a worker compiles and how it turns images into detections (the payload of a prediction job)."""
+    """What a worker compiles and how it turns images into predictions (the payload of a prediction job)."""
 
     model: PortableModel | ov.CompiledModel
     precision: str
     imgsz: int
     settings: Postprocess
-    head: object
+    task: Detect
 
 
 @dataclass(frozen=True)
@@ -193,19 +176,20 @@ def _predict_shard(state: tuple, shard: Shard) -> list[tuple[list[dict], tuple[i
     def prepare(index: int) -> tuple[dict, tuple]:
         image, hw0, hw = load_image(shard.images[index], imgsz)
         padded, pad = letterbox(image, imgsz)
-        return {0: padded[None] if takes_uint8 else to_tensor(padded)}, (index, hw0, hw, pad)
+        return {0: padded[None] if takes_uint8 else to_tensor(padded)}, (index, Letterbox(hw0, hw, pad))
 
-    def consume(output: np.ndarray, context: tuple) -> None:
-        index, hw0, hw, pad = context
-        rows = predictor.head.detections(output[0], predictor.settings)
-        results[index] = (to_coco(scale_to_original(rows, hw0, hw, pad), shard.start + index), hw0)
+    def consume(outputs: tuple, context: tuple) -> None:
+        index, geometry = context
+        first = tuple(output[0] for output in outputs)  # batch item 0
+        results[index] = (predictor.task.predictions(first, predictor.settings, shard.start + index, geometry),
+                          geometry.hw0)
 
-    infer_pipelined(compiled, range(len(shard.images)), prepare, consume)
+    infer_pipelined(compiled, range(len(shard.images)), prepare, consume, predictor.task.outputs)
     return results
 
 
 def evaluate(model: str | Path | ov.Model | ov.CompiledModel, images: list[Path], names: tuple[str, ...], imgsz: int,
-             settings: Postprocess = Postprocess(), head=RawHead(), precision: str = "f32", executor=None,
+             settings: Postprocess = Postprocess(), task=Detect(), precision: str = "f32", executor=None,
              shard_images: int = 16) -> Evaluation:
     """Predict on `images` (locally unless `executor` says otherwise) and score against their YOLO labels.
 
@@ -214,15 +198,15 @@ def evaluate(model: str | Path | ov.Model | ov.CompiledModel, images: list[Path]
     executor = executor or LocalExecutor()
     source = model if isinstance(model, ov.CompiledModel) else PortableModel(model)
     start = time.perf_counter()
-    per_image, shapes, precisions = predict(executor, Predictor(source, precision, imgsz, settings, head), images,
+    per_image, shapes, precisions = predict(executor, Predictor(source, precision, imgsz, settings, task), images,
                                             shard_images)
-    return score(images, names, per_image, shapes, time.perf_counter() - start, precisions)
+    return score(images, names, per_image, shapes, time.perf_counter() - start, precisions, task)
 
 
 def score(images: list[Path], names: tuple[str, ...], per_image: list[list[dict]], shapes: list[tuple[int, int]],
-          seconds: float, precisions: list[str]) -> Evaluation:
-    """Score `predict`'s detections against the images' YOLO labels with pycocotools (on the driver, once)."""
-    ground_truth = coco_ground_truth(images, shapes, names)
+          seconds: float, precisions: list[str], task=Detect()) -> Evaluation:
+    """Score `predict`'s detections against the images' labels with pycocotools (on the driver, once)."""
+    ground_truth = task.ground_truth(images, shapes, names)
     detections = [d for image_detections in per_image for d in image_detections]
     map50_95, map50, per_class = coco_map(ground_truth, detections)
     return Evaluation(map50_95=map50_95, map50=map50, images=len(images),

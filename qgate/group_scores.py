@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from qgate.compare import match
 from qgate.compute import Job, LocalExecutor
-from qgate.evaluator import EncodedImage, image_tensor, portable_images, to_coco
+from qgate.evaluator import EncodedImage, image_tensor, portable_images
 from qgate.heads import Postprocess
 from qgate.mixed import Group, revert
 from qgate.runtime import PortableModel, compile_model, head_outputs
+from qgate.tasks import Detect
 
 COMPILE_AHEAD = 2  # local: groups compiled on threads ahead of the one inferring
 
@@ -29,40 +29,40 @@ class GroupScoring:
     images: list[Path | EncodedImage]
     imgsz: int
     precision: str
-    reference: list[np.ndarray]
+    reference: list[tuple]
     masks: list[np.ndarray]
     fp32_detections: list[list[dict]]
     settings: Postprocess
     iou: float
-    head: object
+    task: Detect
     error: Callable
 
 
 def score_groups(fp32: ov.Model, int8: ov.Model, groups: list[Group], images: list[Path], imgsz: int,
-                 precision: str, settings: Postprocess, iou: float, confidence: float, head, error=None,
+                 precision: str, settings: Postprocess, iou: float, confidence: float, task, error=None,
                  executor=None) -> dict:
     """Detection error against FP32 (on its confident detections) and detection disagreement, per group and image.
 
     Each group is compiled as a real mixed-precision model: the CPU's int8 kernels add error a float
     emulation of FakeQuantize does not show (on the demo, on this AVX2 machine: mAP50-95 drop 0.021 real,
-    0.014 emulated), and the groups that fix it are the ones that matter. `head` (`qgate.heads`) reads the
-    output layout; `error` replaces its `detection_error` (benchmarks compare scores). Locally two groups
+    0.014 emulated), and the groups that fix it are the ones that matter. `task` (`qgate.tasks`) reads the
+    outputs; `error` replaces its `detection_error` (benchmarks compare scores). Locally two groups
     compile while one infers: compiling is mostly serial work (0.8 s a group at 192 px, where 16 images infer
     in 0.1 s), and two models inferring at once on a 2-vCPU machine took 1.4x longer at 640 px.
     """
-    error = error or head.detection_error
+    error = error or task.detection_error
     executor = executor or LocalExecutor()
     inputs = [image_tensor(path, imgsz) for path in images]
-    reference = head_outputs(compile_model(fp32, precision, uint8_input=False), inputs)
-    quantized = head_outputs(compile_model(int8, precision, uint8_input=False), inputs)
+    reference = head_outputs(compile_model(fp32, precision, uint8_input=False), inputs, task.outputs)
+    quantized = head_outputs(compile_model(int8, precision, uint8_input=False), inputs, task.outputs)
     # none on an empty image: it adds no error (every anchor's box there is noise, which drowned the rest)
-    masks = [head.confident(f, confidence) for f in reference]
+    masks = [task.confident(f, confidence) for f in reference]
     base = np.array([error(q, f, m) for q, f, m in zip(quantized, reference, masks)])
     if not base.any():  # FP32 confident nowhere, or INT8 exactly FP32 there: no group can remove anything
         return {"base": base, "errors": None, "disagreements": None}
     payload = GroupScoring(PortableModel(fp32), PortableModel(int8), groups,
                            list(portable_images(images, executor.remote)), imgsz, precision, reference, masks,
-                           [to_coco(head.detections(f, settings), 0) for f in reference], settings, iou, head, error)
+                           [task.predictions(f, settings, 0) for f in reference], settings, iou, task, error)
     job = Job(setup=_load, prepare=_compile_group, work=_score_group, payload=payload, prepare_ahead=COMPILE_AHEAD)
     scores = list(executor.run(job, range(len(groups))))
     return {"base": base, "errors": np.array([s[0] for s in scores]).reshape(len(groups), len(images)),
@@ -84,14 +84,14 @@ def _compile_group(state: dict, group: int) -> ov.CompiledModel:
 def _score_group(state: dict, compiled: ov.CompiledModel) -> tuple[list[float], list[float]]:
     """One group's detection error and disagreement per ranking image."""
     s = state["scoring"]
-    outputs = head_outputs(compiled, state["inputs"])
+    outputs = head_outputs(compiled, state["inputs"], s.task.outputs)
     errors = [s.error(o, f, m) for o, f, m in zip(outputs, s.reference, s.masks)]
-    disagreements = [disagreement(d, to_coco(s.head.detections(o, s.settings), 0), s.iou)
+    disagreements = [disagreement(d, s.task.predictions(o, s.settings, 0), s.iou, s.task)
                      for o, d in zip(outputs, s.fp32_detections)]
     return errors, disagreements
 
 
-def disagreement(reference: list[dict], candidate: list[dict], iou: float) -> float:
-    """The share of detections (of the larger list) that do not match one-to-one at `iou`."""
+def disagreement(reference: list[dict], candidate: list[dict], iou: float, task=Detect()) -> float:
+    """The share of predictions (of the larger list) that do not match one-to-one at `iou` by the task's match."""
     total = max(len(reference), len(candidate))
-    return 1 - sum(match(reference, candidate, iou)) / total if total else 0.0
+    return 1 - sum(task.match(reference, candidate, iou)) / total if total else 0.0

@@ -115,14 +115,6 @@ class End2EndHead:
 HEADS = {head.layout: head for head in (RawHead(), End2EndHead())}
 
 
-def head_for(record: dict) -> RawHead | End2EndHead:
-    """The head adapter the export record names; an error for a record written before heads were recorded."""
-    layout = record.get("head_layout")
-    if layout not in HEADS:
-        raise QgateError(f"export record names no known head layout ({layout!r}); re-run `dvc repro export`")
-    return HEADS[layout]
-
-
 def output_layout(model: ov.Model, num_classes: int, where: str) -> str:
     """`raw` or `end2end` from the first output's static shape; an error for any other layout."""
     shape = [int(d) for d in model.outputs[0].get_shape()]

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from qgate.artifacts import val_images
 from qgate.evaluator import Evaluation, evaluate
-from qgate.heads import Postprocess, head_for
+from qgate.heads import Postprocess
 from qgate.params import Params
+from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ def evaluate_ir(params: Params, model: Path | object, record: dict, executor=Non
     log.info("evaluating %s on %d %s images (%s backend)", model if isinstance(model, Path) else "model",
              len(images), cfg.split, params.compute.backend)
     result = evaluate(model, images, names, params.model.imgsz, Postprocess(conf=cfg.conf, iou=cfg.iou,
-                      max_det=cfg.max_det), head_for(record), cfg.inference_precision, executor,
+                      max_det=cfg.max_det), task_for(record), cfg.inference_precision, executor,
                       params.compute.shard_images)
     log.info("evaluated at %s: %.1f images/s", result.precision, result.images_per_second)
     return result

@@ -88,11 +88,11 @@ def measured_precision(compiled: ov.CompiledModel) -> str:
     return compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
 
 
-def infer_pipelined(compiled: ov.CompiledModel, items, prepare, consume) -> None:
+def infer_pipelined(compiled: ov.CompiledModel, items, prepare, consume, outputs: int = 1) -> None:
     """Infer every item asynchronously on the plugin's optimal number of requests, in order.
 
-    `prepare(item)` -> (inputs, context) runs while earlier requests infer; `consume(output, context)` gets each
-    request's first output (valid only during the call) once it is done. No Python callback runs on
+    `prepare(item)` -> (inputs, context) runs while earlier requests infer; `consume(outputs, context)` gets each
+    request's first `outputs` outputs (a tuple, valid only during the call) once it is done. No Python callback runs on
     OpenVINO's threads: with AsyncInferQueue callbacks, destroying the compiled model could deadlock (its
     stream threads waited for the GIL the main thread held while joining them; seen in the family tests).
     """
@@ -103,7 +103,7 @@ def infer_pipelined(compiled: ov.CompiledModel, items, prepare, consume) -> None
     def finish(slot: int) -> None:
         if contexts[slot] is not None:
             requests[slot].wait()
-            consume(requests[slot].get_output_tensor(0).data, contexts[slot])
+            consume(tuple(requests[slot].get_output_tensor(i).data for i in range(outputs)), contexts[slot])
 
     started = 0
     for item in items:
@@ -116,12 +116,12 @@ def infer_pipelined(compiled: ov.CompiledModel, items, prepare, consume) -> None
         finish((started + offset) % len(requests))
 
 
-def head_outputs(compiled: ov.CompiledModel, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The first output of every input (batch item 0), inferred asynchronously, copied out of the requests."""
-    outputs: list[np.ndarray] = [np.empty(0)] * len(inputs)
+def head_outputs(compiled: ov.CompiledModel, inputs: list[np.ndarray], outputs: int = 1) -> list[tuple[np.ndarray, ...]]:
+    """The first `outputs` outputs of every input (batch item 0), inferred asynchronously, copied out of the requests."""
+    results: list[tuple] = [()] * len(inputs)
 
-    def keep(output: np.ndarray, index: int) -> None:
-        outputs[index] = output[0].copy()
+    def keep(tensors: tuple, index: int) -> None:
+        results[index] = tuple(tensor[0].copy() for tensor in tensors)
 
-    infer_pipelined(compiled, range(len(inputs)), lambda index: ({0: inputs[index]}, index), keep)
-    return outputs
+    infer_pipelined(compiled, range(len(inputs)), lambda index: ({0: inputs[index]}, index), keep, outputs)
+    return results

@@ -15,11 +15,11 @@ from qgate.dataset import split_images
 from qgate.divergence import DetectionError, LayerStats, activation_quantizers, instrument, match_layers, sqnr_db
 from qgate.divergence_table import divergent, layer_rows
 from qgate.evaluator import image_tensor
-from qgate.heads import head_for
 from qgate.io import write_csv, write_json, write_text
 from qgate.params import Params
 from qgate.artifacts import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
 from qgate.runtime import compile_model
+from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def main(params: Params) -> dict:
     images = choose_images(params, record)
     log.info("[1/2] divergence: %d layers, %d images", len(keys), len(images))
     stats, quantizers, output_stats, instrumentation, detections = _capture(params, fp32, int8, keys, images,
-                                                                            head_for(record))
+                                                                            task_for(record))
     log.info("[2/2] divergence: ranking layers")
     rows = layer_rows(fp32, int8, keys, stats, quantizers, cfg.concat_range_ratio)
     broken = divergent(rows, cfg.local_drop_db, cfg.divergent_sqnr_db)
@@ -95,7 +95,7 @@ def choose_images(params: Params, record: dict) -> list[Path]:
     return chosen + [rest[i] for i in sorted(order)]
 
 
-def _capture(params: Params, fp32: ov.Model, int8: ov.Model, keys: list, images: list[Path], head):
+def _capture(params: Params, fp32: ov.Model, int8: ov.Model, keys: list, images: list[Path], task):
     precision = params.baseline.inference_precision
     n_outputs = len(fp32.get_results())
     fp32_c, int8_c, plain_c = (compile_model(m, precision, hint="LATENCY", uint8_input=False)
@@ -104,7 +104,7 @@ def _capture(params: Params, fp32: ov.Model, int8: ov.Model, keys: list, images:
     position = {key: n_outputs + i for i, key in enumerate(keys)}
     quantizers = activation_quantizers(int8)
     output_stats, instrumentation_sq = LayerStats(), [0.0, 0.0]
-    detections = DetectionError(head, params.int8_eval.bad_case_conf)
+    detections = DetectionError(task, params.int8_eval.bad_case_conf)
     for path in tqdm(images, desc="divergence", unit="img", leave=False, disable=None):
         tensor = image_tensor(path, params.model.imgsz)
         # share_outputs: views of the requests' own buffers; copies would double the peak memory at 640 px
@@ -117,7 +117,7 @@ def _capture(params: Params, fp32: ov.Model, int8: ov.Model, keys: list, images:
             if key in position:
                 quantizer.update(ref[position[key]])
         output_stats.update(ref[0], plain[0])
-        detections.update(ref[0][0], plain[0][0])
+        detections.update(tuple(r[0] for r in ref[:task.outputs]), tuple(p[0] for p in plain[:task.outputs]))
         difference = test[0].astype(np.float64) - plain[0]
         instrumentation_sq[0] += float((plain[0].astype(np.float64) ** 2).sum())
         instrumentation_sq[1] += float((difference ** 2).sum())

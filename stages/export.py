@@ -33,7 +33,7 @@ def main(params: Params) -> dict:
         ir = ov.convert_model(onnx_path)
         layout = output_layout(ir, len(model.names), params.model.weights)
         ov.save_model(ir, staging / FP32_IR_NAME, compress_to_fp16=False)  # default would halve weights to FP16
-        record = _record(params, model.names, ir, staging) | {"head_layout": layout,
+        record = _record(params, model.names, ir, staging) | {"task": model.task, "head_layout": layout,
                                                               "head_decode_ops": len(decode_ops(ir))}
     write_json(record_path, record)
     log.info("export: %s head, %d decode ops, output %s", layout, record["head_decode_ops"], record["output_shape"])

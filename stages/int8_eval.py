@@ -15,6 +15,7 @@ from qgate.io import read_json, write_csv, write_json
 from qgate.params import Params
 from qgate.artifacts import export_record, int8_ir_sha256, require_int8_ir
 from qgate.pipeline import evaluate_ir
+from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def main(params: Params) -> dict:
     log.info("bootstrap took %.2f s (logged only: autofix depends on the metrics file)", time.perf_counter() - start)
     log.info("[3/3] int8_eval: ranking images by FP32/INT8 disagreement")
     cases = bad_cases(baseline_detections, result.detections, result.ground_truth["images"],
-                      cfg.bad_case_conf, cfg.bad_case_iou)
+                      cfg.bad_case_conf, cfg.bad_case_iou, task_for(record).match)
     drop = baseline["map50_95"] - result.map50_95
     metrics = {
         "map50_95": round(result.map50_95, 5),

@@ -14,13 +14,14 @@ from qgate import group_scores
 from qgate.cli import run_stage
 from qgate.backends import open_executor
 from qgate.dataset import split_images
-from qgate.heads import Postprocess, head_for
+from qgate.heads import Postprocess
 from qgate.intervals import resample_indices
 from qgate.io import write_csv, write_json, write_text
 from qgate.mixed import Group, quantizer_groups
 from qgate.params import Params
 from qgate.artifacts import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
 from qgate.plots import sensitivity_figure, svg_text
+from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def main(params: Params) -> dict:
     log.info("[1/2] sensitivity: %d quantizer groups, each compiled in float alone, on %d val images",
              len(groups), len(images))
     with open_executor(params.compute) as executor:
-        scores = score_groups(params, fp32, int8, groups, images, head_for(record), executor=executor)
+        scores = score_groups(params, fp32, int8, groups, images, task_for(record), executor=executor)
     layers = divergence_rows(params)
     rows = (rank(groups, scores, images, clip_shares(layers), cfg.rank_quantile) if scores["base"].sum() > 0
             else [])
@@ -85,14 +86,14 @@ def ranking_images(params: Params, record: dict) -> list[Path]:
     return [images[i * len(images) // count] for i in range(count)]
 
 
-def score_groups(params: Params, fp32: ov.Model, int8: ov.Model, groups: list[Group], images: list[Path], head,
+def score_groups(params: Params, fp32: ov.Model, int8: ov.Model, groups: list[Group], images: list[Path], task,
                  error=None, executor=None) -> dict:
     """`qgate.group_scores.score_groups` with this project's settings (precision, thresholds, image size)."""
     settings = Postprocess(conf=params.int8_eval.bad_case_conf, iou=params.baseline.iou,
                            max_det=params.baseline.max_det)
     return group_scores.score_groups(fp32, int8, groups, images, params.model.imgsz,
                                      params.baseline.inference_precision, settings, params.int8_eval.bad_case_iou,
-                                     params.sensitivity.conf, head, error, executor)
+                                     params.sensitivity.conf, task, error, executor)
 
 
 def error_removed(scores: dict) -> np.ndarray:

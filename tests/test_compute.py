@@ -20,7 +20,8 @@ import yaml
 from qgate.backends import open_executor
 from qgate.errors import QgateError
 from qgate.evaluator import Predictor, prediction_job, shards
-from qgate.heads import Postprocess, RawHead
+from qgate.heads import Postprocess
+from qgate.tasks import Detect
 from qgate.params import ComputeParams, load_params
 from qgate.runtime import PortableModel
 from tests.conftest import ROOT, assert_fails_cleanly, copy_project, error_line, stage
@@ -112,7 +113,7 @@ def test_a_killed_worker_has_its_shards_retried(quantized_project, ray_cluster, 
     params = load_params(quantized_project / "params.yaml")
     images = sorted((quantized_project / "data/images/val").glob("*.jpg")) * 10  # enough shards to outlive a kill
     predictor = Predictor(PortableModel(quantized_project / "models/int8/model_int8.xml"), "f32", params.model.imgsz,
-                          Postprocess(), RawHead())
+                          Postprocess(), Detect())
     compute = ComputeParams(backend="ray", address=ray_cluster, workers=2, cpus_per_worker=1, shard_images=1,
                             timeout_s=120)
     with open_executor(ComputeParams("local", None, None, 1, 1, 60)) as executor:
@@ -140,7 +141,7 @@ def test_a_cluster_whose_workers_are_all_gone_fails_in_one_line(quantized_projec
         params = load_params(quantized_project / "params.yaml")
         images = sorted((quantized_project / "data/images/val").glob("*.jpg")) * 10
         predictor = Predictor(PortableModel(quantized_project / "models/int8/model_int8.xml"), "f32",
-                              params.model.imgsz, Postprocess(), RawHead())
+                              params.model.imgsz, Postprocess(), Detect())
         compute = ComputeParams("ray", cluster.address, None, 1, 1, 15)
         with pytest.raises(QgateError, match="is gone or stuck") as failure, open_executor(compute) as executor:
             results = executor.run(prediction_job(predictor), shards(images, True, 1))
@@ -213,7 +214,7 @@ def _demo_like(project: Path, copies: int) -> tuple[list[Path], Predictor]:
     params = load_params(project / "params.yaml")
     images = sorted((project / "data/images/val").glob("*.jpg")) * copies
     return images, Predictor(PortableModel(project / "models/int8/model_int8.xml"), "f32", params.model.imgsz,
-                             Postprocess(), RawHead())
+                             Postprocess(), Detect())
 
 
 def test_a_ray_client_address_gives_the_local_detections(quantized_project, client_cluster):

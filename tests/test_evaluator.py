@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from qgate.cocoeval import coco_map
-from qgate.evaluator import letterbox, load_image, scale_to_original, to_coco, to_tensor
+from qgate.evaluator import letterbox, load_image, to_tensor
 from qgate.heads import End2EndHead, Postprocess, RawHead
+from qgate.tasks import Letterbox, scale_to_original, to_coco
 
 SHAPES = [(480, 640), (427, 640), (100, 50), (333, 201), (320, 320)]
 
@@ -69,7 +70,7 @@ def test_decode_matches_ultralytics_nms(seed):
     hw0, hw, pad = (480, 640), (240, 320), (0, 40)
     expected = ops.scale_boxes((320, 320), torch.from_numpy(theirs[:, :4].copy()), hw0,
                                ratio_pad=((hw[0] / hw0[0], hw[1] / hw0[1]), pad)).numpy()
-    np.testing.assert_allclose(key(scale_to_original(theirs, hw0, hw, pad))[:, :4],
+    np.testing.assert_allclose(key(scale_to_original(theirs, Letterbox(hw0, hw, pad)))[:, :4],
                                key(np.concatenate([expected, theirs[:, 4:]], axis=1))[:, :4], atol=1e-3)
 
 
