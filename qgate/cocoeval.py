@@ -1,4 +1,4 @@
-"""pycocotools bbox scoring: the matching both the evaluator's mAP and the bootstrap's resampled mAP start from."""
+"""pycocotools scoring (boxes, masks): the matching both the evaluator's mAP and the bootstrap's resampled mAP start from."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import io
 import numpy as np
 
 
-def coco_map(ground_truth: dict, detections: list[dict]) -> tuple[float, float, list[dict]]:
-    """pycocotools bbox mAP50-95, mAP50 and per-class AP (classes without ground truth get None)."""
+def coco_map(ground_truth: dict, detections: list[dict], iou_type: str = "bbox") -> tuple[float, float, list[dict]]:
+    """pycocotools mAP50-95, mAP50 and per-class AP of `iou_type` (classes without ground truth get None)."""
     names = {c["id"]: c["name"] for c in ground_truth["categories"]}
     if not detections or not ground_truth["annotations"]:
         return 0.0, 0.0, [_class_row(i, n, None, None) for i, n in names.items()]
-    evaluator = matched(ground_truth, detections)
+    evaluator = matched(ground_truth, detections, iou_type)
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
         evaluator.accumulate()
     precision = evaluator.eval["precision"]  # [iou thresholds, recall, class, area, max dets]
@@ -28,7 +28,7 @@ def coco_map(ground_truth: dict, detections: list[dict]) -> tuple[float, float, 
     return map50_95, map50, per_class
 
 
-def matched(ground_truth: dict, detections: list[dict]):
+def matched(ground_truth: dict, detections: list[dict], iou_type: str = "bbox"):
     """pycocotools' COCOeval after `evaluate` (detections matched to ground truth per image and class).
 
     Only the 'all' area range at 100 detections: what summarize() reports as AP and AP50; the
@@ -41,7 +41,7 @@ def matched(ground_truth: dict, detections: list[dict]):
         gt = COCO()
         gt.dataset = ground_truth
         gt.createIndex()
-        evaluator = COCOeval(gt, gt.loadRes(detections), "bbox")
+        evaluator = COCOeval(gt, gt.loadRes(detections), iou_type)
         evaluator.params.areaRng, evaluator.params.areaRngLbl = [[0, 1e10]], ["all"]
         evaluator.params.maxDets = [100]
         evaluator.evaluate()

@@ -29,12 +29,20 @@ def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return inter / np.maximum(union, 1e-9)
 
 
-def match(reference: list[dict], candidate: list[dict], iou_threshold: float) -> list[float]:
-    """Greedy same-class matching, highest reference score first; return the IoU of each matched pair."""
+def box_overlap(reference: list[dict], candidate: list[dict]) -> np.ndarray:
+    """Pairwise IoU of two lists of COCO detections' boxes."""
+    return _iou(np.array([d["bbox"] for d in reference]), np.array([d["bbox"] for d in candidate]))
+
+
+def match(reference: list[dict], candidate: list[dict], iou_threshold: float, overlap=box_overlap) -> list[float]:
+    """Greedy same-class matching, highest reference score first; return the overlap of each matched pair.
+
+    `overlap` gives the pairwise agreement of two lists (box IoU; a task passes mask IoU or keypoint OKS).
+    """
     if not reference or not candidate:
         return []
     reference = sorted(reference, key=lambda d: -d["score"])
-    ious = _iou(np.array([d["bbox"] for d in reference]), np.array([d["bbox"] for d in candidate]))
+    ious = overlap(reference, candidate)
     same_class = np.array([[r["category_id"] == c["category_id"] for c in candidate] for r in reference])
     ious = np.where(same_class, ious, 0.0)
     used, matched = set(), []

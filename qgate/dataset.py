@@ -102,15 +102,39 @@ def label_path(image: Path) -> Path:
 
 def read_labels(path: Path, num_classes: int) -> np.ndarray:
     """Rows (class, cx, cy, w, h) normalized; polygons become boxes; duplicates dropped like Ultralytics."""
-    if not path.exists():
-        return np.zeros((0, 5), dtype=np.float64)
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if line.strip():
-            rows.append(_parse_label_line(path, number, line, num_classes))
+    rows = [_box_row(values) for values in _label_values(path, num_classes)]
     if not rows:
         return np.zeros((0, 5), dtype=np.float64)
     return np.unique(np.array(rows, dtype=np.float64), axis=0)
+
+
+def read_segments(path: Path, num_classes: int) -> list[tuple[int, np.ndarray]]:
+    """(class, polygon [k, 2] normalized) per instance, duplicate lines dropped; a box line becomes its rectangle."""
+    instances = {}
+    for values in _label_values(path, num_classes):
+        coords = np.array(values[1:])
+        if len(coords) == 4:
+            cx, cy, w, h = coords
+            coords = np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy - h / 2, cx + w / 2, cy + h / 2,
+                               cx - w / 2, cy + h / 2])
+        instances.setdefault(tuple(values), (int(values[0]), coords.reshape(-1, 2)))
+    return list(instances.values())
+
+
+def _label_values(path: Path, num_classes: int) -> list[list[float]]:
+    """The validated numbers of every non-empty line of a label file (none when the file is missing)."""
+    if not path.exists():
+        return []
+    return [_parse_label_line(path, number, line, num_classes)
+            for number, line in enumerate(path.read_text().splitlines(), start=1) if line.strip()]
+
+
+def _box_row(values: list[float]) -> list[float]:
+    """(class, cx, cy, w, h): a polygon becomes its bounding box."""
+    if len(values) == 5:
+        return values
+    xs, ys = np.array(values[1::2]), np.array(values[2::2])
+    return [values[0], (xs.min() + xs.max()) / 2, (ys.min() + ys.max()) / 2, xs.max() - xs.min(), ys.max() - ys.min()]
 
 
 def _parse_label_line(path: Path, number: int, line: str, num_classes: int) -> list[float]:
@@ -128,10 +152,7 @@ def _parse_label_line(path: Path, number: int, line: str, num_classes: int) -> l
     coords = np.array(values[1:])
     if coords.min() < -COORD_TOLERANCE or coords.max() > 1 + COORD_TOLERANCE:
         raise QgateError(f"{where}: coordinates must be normalized to [0, 1]; got {line.strip()!r}")
-    if len(values) > 5:  # polygon -> its bounding box
-        xs, ys = coords[0::2], coords[1::2]
-        return [cls, (xs.min() + xs.max()) / 2, (ys.min() + ys.max()) / 2, xs.max() - xs.min(), ys.max() - ys.min()]
-    return [cls, *coords.tolist()]
+    return values
 
 
 def orphan_labels(images: list[Path]) -> list[Path]:
@@ -152,6 +173,27 @@ def coco_ground_truth(images: list[Path], shapes: list[tuple[int, int]], names: 
                                 "bbox": box, "area": box[2] * box[3], "iscrowd": 0})
     categories = [{"id": i + 1, "name": name} for i, name in enumerate(names)]
     return {"images": gt_images, "annotations": annotations, "categories": categories}
+
+
+def coco_segment_truth(images: list[Path], shapes: list[tuple[int, int]], names: tuple[str, ...]) -> dict:
+    """COCO instances with polygons (pixels) and their bounding boxes: pycocotools rasterizes them for `segm`."""
+    gt_images, annotations = [], []
+    for image_id, (image, (height, width)) in enumerate(zip(images, shapes)):
+        gt_images.append({"id": image_id, "file_name": image.name, "height": height, "width": width})
+        for cls, polygon in read_segments(label_path(image), len(names)):
+            xy = polygon * [width, height]
+            low, high = xy.min(0), xy.max(0)
+            box = [float(low[0]), float(low[1]), float(high[0] - low[0]), float(high[1] - low[1])]
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": cls + 1,
+                                "bbox": box, "area": _polygon_area(xy), "iscrowd": 0,
+                                "segmentation": [xy.ravel().tolist()]})
+    categories = [{"id": i + 1, "name": name} for i, name in enumerate(names)]
+    return {"images": gt_images, "annotations": annotations, "categories": categories}
+
+
+def _polygon_area(xy: np.ndarray) -> float:
+    x, y = xy[:, 0], xy[:, 1]
+    return float(abs(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))) / 2)
 
 
 def validate_labels(images: list[Path], num_classes: int) -> int:

@@ -37,6 +37,7 @@ class Evaluation:
     seconds: float
     per_class: list[dict] = field(default_factory=list)
     detections: list[dict] = field(default_factory=list)
+    task_metrics: dict = field(default_factory=dict)  # beyond boxes: the task's own (`mask_map50_95`, ...)
     ground_truth: dict = field(default_factory=dict)
     precision: str = ""  # the precision the workers ran (comma-separated if they differed)
 
@@ -209,6 +210,13 @@ def score(images: list[Path], names: tuple[str, ...], per_image: list[list[dict]
     ground_truth = task.ground_truth(images, shapes, names)
     detections = [d for image_detections in per_image for d in image_detections]
     map50_95, map50, per_class = coco_map(ground_truth, detections)
+    task_metrics = {}
+    for iou_type, prefix in task.scored[1:]:
+        task_map50_95, task_map50, task_classes = coco_map(ground_truth, detections, iou_type)
+        task_metrics |= {f"{prefix}map50_95": task_map50_95, f"{prefix}map50": task_map50}
+        for row, task_row in zip(per_class, task_classes):
+            row |= {f"{prefix}map50_95": task_row["map50_95"], f"{prefix}map50": task_row["map50"]}
     return Evaluation(map50_95=map50_95, map50=map50, images=len(images),
                       instances=len(ground_truth["annotations"]), seconds=seconds, per_class=per_class,
-                      detections=detections, ground_truth=ground_truth, precision=",".join(sorted(set(precisions))))
+                      detections=detections, ground_truth=ground_truth, precision=",".join(sorted(set(precisions))),
+                      task_metrics=task_metrics)

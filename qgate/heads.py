@@ -3,9 +3,12 @@
 Every family ultralytics 8.4 exports (v3u, v5u, v6, v8, v9, v10, 11, 12, 26, their P2/P6 variants) ends in
 one of two output layouts, told apart by shape at export and recorded in the export record:
 
-- `raw` [1, 4+nc, anchors]: boxes xywh in input pixels, sigmoided class scores, NMS still to run;
-- `end2end` [1, K, 6]: rows (x1, y1, x2, y2, score, class) of an NMS-free head (v10/26 exported with
+- `raw` [1, 4+nc+extra, anchors]: boxes xywh in input pixels, sigmoided class scores, NMS still to run;
+- `end2end` [1, K, 6+extra]: rows (x1, y1, x2, y2, score, class) of an NMS-free head (v10/26 exported with
   `export.end2end: true`), already top-K, no NMS.
+
+`extra` are the values a task's head adds per detection (a segment head's mask coefficients); they travel
+with each detection row, after the class column, and take no part in NMS or the detection error.
 
 The box decode (DFL, anchors, strides, the class sigmoid, top-K) is found from the graph, not from a family's
 node names: it is every op the output depends on without passing through a learned layer.
@@ -38,16 +41,22 @@ class Postprocess:
 
 
 class RawHead:
-    """[4+nc, anchors] per image: xywh boxes and class scores per anchor; NMS turns it into detections."""
+    """[4+nc+extra, anchors] per image: xywh boxes and class scores per anchor; NMS turns it into detections."""
 
     layout = "raw"
 
+    def __init__(self, extra: int = 0):
+        self.extra = extra
+
+    def _scores(self, output: np.ndarray) -> np.ndarray:
+        return output[4:len(output) - self.extra]
+
     def detections(self, output: np.ndarray, settings: Postprocess) -> np.ndarray:
-        """Rows (x1, y1, x2, y2, score, class) after class-aware NMS, multi-label like Ultralytics' validator."""
-        scores = output[4:]
+        """Rows (x1, y1, x2, y2, score, class, extra...) after class-aware NMS, multi-label like Ultralytics'."""
+        scores = self._scores(output)
         anchors, classes = np.nonzero(scores.T > settings.conf)
         if anchors.size == 0:
-            return np.zeros((0, 6), dtype=np.float32)
+            return np.zeros((0, 6 + self.extra), dtype=np.float32)
         confidences = scores[classes, anchors]
         if confidences.size > MAX_NMS_CANDIDATES:
             top = np.argsort(-confidences, kind="stable")[:MAX_NMS_CANDIDATES]
@@ -56,11 +65,13 @@ class RawHead:
         shifted = xyxy + (classes * CLASS_OFFSET)[:, None]
         keep = cv2.dnn.NMSBoxes(_corner_size(shifted), confidences.astype(np.float32), settings.conf, settings.iou)
         keep = np.asarray(keep, dtype=np.int64).reshape(-1)[: settings.max_det]
-        return np.concatenate([xyxy[keep], confidences[keep, None], classes[keep, None]], axis=1).astype(np.float32)
+        extra = output[len(output) - self.extra:, anchors[keep]].T
+        return np.concatenate([xyxy[keep], confidences[keep, None], classes[keep, None], extra],
+                              axis=1).astype(np.float32)
 
     def confident(self, output: np.ndarray, conf: float) -> np.ndarray:
         """Anchors where some class scores at least `conf` (the ones that become detections)."""
-        return output[4:].max(0) >= conf
+        return self._scores(output).max(0) >= conf
 
     def detection_error(self, out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:
         """Sum over the reference's confident anchors: 1 - IoU of the two boxes, plus the squared change of the
@@ -73,16 +84,19 @@ class RawHead:
         """
         ref, cand = reference[:, mask], out[:, mask]
         columns = np.arange(ref.shape[1])
-        best = ref[4:].argmax(0)
+        best = self._scores(ref).argmax(0)
         score_change = ref[4 + best, columns] - cand[4 + best, columns]
         return float(np.sum(1 - _paired_iou(_xywh_to_xyxy(ref[:4].T), _xywh_to_xyxy(cand[:4].T))
                             + score_change ** 2))
 
 
 class End2EndHead:
-    """[K, 6] per image: rows (x1, y1, x2, y2, score, class), top-K of an NMS-free head; no NMS to run."""
+    """[K, 6+extra] per image: rows (x1, y1, x2, y2, score, class, extra...), top-K of an NMS-free head; no NMS."""
 
     layout = "end2end"
+
+    def __init__(self, extra: int = 0):
+        self.extra = extra
 
     def detections(self, output: np.ndarray, settings: Postprocess) -> np.ndarray:
         """The rows scoring above `conf`, in the head's (top-K) order, at most `max_det`: Ultralytics' validator."""
@@ -112,18 +126,19 @@ class End2EndHead:
         return float(error)
 
 
-HEADS = {head.layout: head for head in (RawHead(), End2EndHead())}
+HEADS = {head.layout: head for head in (RawHead, End2EndHead)}
 
 
-def output_layout(model: ov.Model, num_classes: int, where: str) -> str:
+def output_layout(model: ov.Model, num_classes: int, where: str, extra: int = 0) -> str:
     """`raw` or `end2end` from the first output's static shape; an error for any other layout."""
     shape = [int(d) for d in model.outputs[0].get_shape()]
-    if len(shape) == 3 and shape[1] == 4 + num_classes:
+    if len(shape) == 3 and shape[1] == 4 + num_classes + extra:
         return "raw"
-    if len(shape) == 3 and shape[2] == END2END_COLUMNS:
+    if len(shape) == 3 and shape[2] == END2END_COLUMNS + extra:
         return "end2end"
-    raise QgateError(f"{where}: output shape {shape} is neither [1, 4+{num_classes}, anchors] nor [1, K, 6]; "
-                     "qgate judges Ultralytics detection heads only")
+    plus = f"+{extra}" if extra else ""
+    raise QgateError(f"{where}: output shape {shape} is neither [1, 4+{num_classes}{plus}, anchors] nor "
+                     f"[1, K, 6{plus}]; qgate judges Ultralytics YOLO heads only")
 
 
 def decode_ops(model: ov.Model) -> list[str]:

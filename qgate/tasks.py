@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from qgate.compare import match
-from qgate.dataset import coco_ground_truth
+from qgate.dataset import coco_ground_truth, coco_segment_truth
 from qgate.errors import QgateError
 from qgate.heads import HEADS, Postprocess, RawHead
+from qgate.masks import instance_masks, mask_iou, rle
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,27 @@ class Detect:
     """Boxes: output 0 in one of the detection head layouts (`qgate.heads`), scored by pycocotools `bbox`."""
 
     name = "detect"
-    iou_type = "bbox"
+    scored = (("bbox", ""),)  # pycocotools iouType and the prefix of its metric names, box first
     outputs = 1  # how many of the model's outputs the task reads, from the first
     metric = "map50_95"  # the metrics files' key of the number the accuracy gate judges
 
     def __init__(self, head=RawHead()):
         self.head = head
+
+    @classmethod
+    def from_record(cls, record: dict, head_class) -> Detect:
+        """The task with the head layout class the export record names."""
+        return cls(head_class())
+
+    @classmethod
+    def export_fields(cls, model) -> dict:
+        """What the export record keeps about this task's outputs (an exported ov.Model); boxes need nothing."""
+        return {}
+
+    @classmethod
+    def extra_columns(cls, fields: dict) -> int:
+        """Values the head adds per detection after the class scores, given `export_fields`."""
+        return 0
 
     def predictions(self, outputs: tuple, settings: Postprocess, image_id: int,
                     letterbox: Letterbox | None = None) -> list[dict]:
@@ -60,7 +76,62 @@ class Detect:
         return coco_ground_truth(images, shapes, names)
 
 
-TASKS = {"detect": Detect}
+class Segment(Detect):
+    """Boxes and instance masks: output 0 carries each anchor's mask coefficients, output 1 the prototypes.
+
+    Masks are scored by pycocotools `segm` at the original resolution, from Ultralytics' own mask steps
+    (`qgate.masks`); the accuracy gate judges mask mAP50-95, the box metrics are measured beside it.
+    """
+
+    name = "segment"
+    scored = (("bbox", ""), ("segm", "mask_"))
+    outputs = 2
+    metric = "mask_map50_95"
+
+    def __init__(self, head, imgsz: int):
+        self.head, self.imgsz = head, imgsz
+
+    @classmethod
+    def from_record(cls, record: dict, head_class) -> Segment:
+        """The task with the record's head layout, carrying its mask coefficients, at the record's input size."""
+        return cls(head_class(cls.extra_columns(record)), record["imgsz"])
+
+    @classmethod
+    def export_fields(cls, model) -> dict:
+        """The prototypes' count and grid, from output 1 [1, c, h, w]."""
+        _, count, *grid = (int(d) for d in model.outputs[1].get_shape())
+        return {"mask_coefficients": count, "mask_grid": grid}
+
+    @classmethod
+    def extra_columns(cls, fields: dict) -> int:
+        """One mask coefficient per prototype."""
+        return fields["mask_coefficients"]
+
+    def predictions(self, outputs: tuple, settings: Postprocess, image_id: int,
+                    letterbox: Letterbox | None = None) -> list[dict]:
+        """COCO detections with an RLE `segmentation` each: original pixels given `letterbox`, else input pixels."""
+        rows = self.head.detections(outputs[0], settings)
+        detections = to_coco(scale_to_original(rows, letterbox) if letterbox else rows, image_id)
+        masks = instance_masks(rows[:, 6:], outputs[1], rows[:, :4], self.imgsz, letterbox)
+        for detection, mask in zip(detections, masks):
+            detection["segmentation"] = rle(mask)
+        return detections
+
+    def match(self, reference: list[dict], candidate: list[dict], iou: float) -> list[float]:
+        """Greedy same-class one-to-one matching by mask IoU: a group that breaks masks but not boxes shows."""
+        return match(reference, candidate, iou, mask_iou_of)
+
+    def ground_truth(self, images: list[Path], shapes: list[tuple[int, int]], names: tuple[str, ...]) -> dict:
+        """COCO instances with polygons from the YOLO segment label files."""
+        return coco_segment_truth(images, shapes, names)
+
+
+def mask_iou_of(reference: list[dict], candidate: list[dict]) -> np.ndarray:
+    """Pairwise mask IoU of two lists of COCO predictions with RLE segmentations."""
+    return mask_iou([d["segmentation"] for d in reference], [d["segmentation"] for d in candidate])
+
+
+TASKS = {task.name: task for task in (Detect, Segment)}
 
 
 def task_for(record: dict) -> Detect:
@@ -70,7 +141,7 @@ def task_for(record: dict) -> Detect:
         raise QgateError(f"export record names no known task ({name!r}); re-run `dvc repro export`")
     if layout not in HEADS:
         raise QgateError(f"export record names no known head layout ({layout!r}); re-run `dvc repro export`")
-    return TASKS[name](HEADS[layout])
+    return TASKS[name].from_record(record, HEADS[layout])
 
 
 def scale_to_original(rows: np.ndarray, letterbox: Letterbox) -> np.ndarray:

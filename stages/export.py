@@ -12,6 +12,7 @@ from qgate.cli import run_stage
 from qgate.heads import decode_ops, output_layout
 from qgate.io import atomic_dir, sha256_file, write_json
 from qgate.params import Params
+from qgate.tasks import TASKS
 from qgate.artifacts import FP32_IR_NAME, op_inventory
 from qgate.yolo import load_detector, versions
 
@@ -31,9 +32,11 @@ def main(params: Params) -> dict:
         onnx_path = _export_onnx(model, params, staging)
         log.info("[2/2] export: ONNX -> FP32 OpenVINO IR")
         ir = ov.convert_model(onnx_path)
-        layout = output_layout(ir, len(model.names), params.model.weights)
+        task = TASKS[model.task]
+        fields = task.export_fields(ir)
+        layout = output_layout(ir, len(model.names), params.model.weights, task.extra_columns(fields))
         ov.save_model(ir, staging / FP32_IR_NAME, compress_to_fp16=False)  # default would halve weights to FP16
-        record = _record(params, model.names, ir, staging) | {"task": model.task, "head_layout": layout,
+        record = _record(params, model.names, ir, staging) | fields | {"task": model.task, "head_layout": layout,
                                                               "head_decode_ops": len(decode_ops(ir))}
     write_json(record_path, record)
     log.info("export: %s head, %d decode ops, output %s", layout, record["head_decode_ops"], record["output_shape"])
