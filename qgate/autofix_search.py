@@ -9,13 +9,19 @@ from qgate.intervals import PairedScorer, difference
 from qgate.mixed import ignored_names, revert
 from qgate.params import Params
 from qgate.pipeline import evaluate_ir
+from qgate.task_metrics import Scored
+from qgate.tasks import task_for
 from qgate.verdicts import decide
 
 log = logging.getLogger(__name__)
 
-STEP_COLUMNS = ["evaluation", "tried", "groups_float", "ops_float", "map50_95", "map50", "map50_95_drop",
-                "drop_ci_low", "drop_ci_high", "gain", "gain_ci_low", "gain_ci_high", "within_target", "kept",
-                "images_per_second"]
+
+
+def step_columns(family: Scored) -> list[str]:
+    """The steps table's columns; the metric ones named by the family autofix aims at (`mask_map50_95`, ...)."""
+    return ["evaluation", "tried", "groups_float", "ops_float", family.key("map50_95"), family.key("map50"),
+            family.key("map50_95_drop"), "drop_ci_low", "drop_ci_high", "gain", "gain_ci_low", "gain_ci_high",
+            "within_target", "kept", "images_per_second"]
 
 
 def meets_target(params: Params, drop: float, low: float, high: float) -> bool:
@@ -32,7 +38,8 @@ class Search:
     compensated its error), so mAP is not monotonic in the prefix length. On the demo's naive config the top 4
     groups measured a drop of 0.010, the top 8 0.014 and the top 32 0.018. A group is kept only when its
     mAP50-95 gain over the current model is above noise: the lower end of the gain's paired bootstrap interval
-    (same resampled images for both models, `autofix.ci_level`) is above 0.
+    (same resampled images for both models, `autofix.ci_level`) is above 0. The mAP is the task's own metric
+    (`family`: boxes, a segment model's masks): the one its first accuracy gate judges.
     """
 
     def __init__(self, params: Params, record: dict, fp32, int8, groups, order: list[int], int8_metrics: dict,
@@ -40,9 +47,11 @@ class Search:
         self.params, self.fp32, self.int8, self.groups, self.order = params, fp32, int8, groups, order
         self.record, self.detections, self.executor = record, detections, executor
         self.val = val_images(params, record)  # read and validated once, not per evaluation
-        self.start = {key: int8_metrics[key] for key in ("map50_95", "map50", "map50_95_drop")} | {
-            "drop_ci_low": int8_metrics["map50_95_drop_ci_low"], "drop_ci_high": int8_metrics["map50_95_drop_ci_high"],
-            "within_target": 0}
+        self.family = family = task_for(record).metrics.primary
+        self.start = {family.key(name): int8_metrics[family.key(name)]
+                      for name in ("map50_95", "map50", "map50_95_drop")} | {
+            "drop_ci_low": int8_metrics[family.key("map50_95_drop_ci_low")],
+            "drop_ci_high": int8_metrics[family.key("map50_95_drop_ci_high")], "within_target": 0}
         self.steps: list[dict] = []
         self.scorer: PairedScorer | None = None  # built on the first evaluation, which brings the ground truth
         self.fp32_scores = self.current_scores = None
@@ -58,7 +67,7 @@ class Search:
         chosen, best = self._greedy()
         if not best["within_target"]:
             log.warning("autofix: %d evaluations spent without reaching the target; best drop %.4f",
-                        len(self.steps), best["map50_95_drop"])
+                        len(self.steps), best[self.family.key("map50_95_drop")])
             return chosen, best
         return self._prune(chosen, best)
 
@@ -119,25 +128,26 @@ class Search:
 
     def evaluate(self, selected: list[int], tried: str) -> dict:
         """Real mAP of the INT8 model with `selected` groups in float (compiled as a true mixed-precision model)."""
-        chosen, p = set(selected), self.params
+        chosen, p, key = set(selected), self.params, self.family.key
         result = evaluate_ir(p, revert(self.int8, self.fp32, self.groups, chosen), self.record, self.executor,
                                 self.val)
         if self.scorer is None:
-            self.scorer = PairedScorer(result.ground_truth, p.int8_eval.bootstrap_samples, p.int8_eval.seed)
+            self.scorer = PairedScorer(result.ground_truth, p.int8_eval.bootstrap_samples, p.int8_eval.seed,
+                                       self.family.iou_type)
             self.fp32_scores = self.scorer.scores(self.detections[0])[0]
             self.current_scores = self.scorer.scores(self.detections[1])[0]
         self.last_scores = self.scorer.scores(result.detections)[0]
         drop = difference(self.fp32_scores, self.last_scores, p.int8_eval.ci_level)
         gain = difference(self.last_scores, self.current_scores, p.autofix.ci_level)
         step = {"evaluation": len(self.steps) + 1, "tried": tried, "groups_float": len(chosen),
-                "ops_float": len(ignored_names(self.groups, chosen)), "map50_95": round(result.map50_95, 5),
-                "map50": round(result.map50, 5), "map50_95_drop": round(drop.point, 5),
+                "ops_float": len(ignored_names(self.groups, chosen)), key("map50_95"): round(result.value(key()), 5),
+                key("map50"): round(result.value(key("map50")), 5), key("map50_95_drop"): round(drop.point, 5),
                 "drop_ci_low": round(drop.low, 5), "drop_ci_high": round(drop.high, 5),
                 "gain": round(gain.point, 5), "gain_ci_low": round(gain.low, 5), "gain_ci_high": round(gain.high, 5),
                 "within_target": int(meets_target(p, drop.point, drop.low, drop.high)), "kept": 0,
                 "images_per_second": round(result.images_per_second, 1)}
-        log.info("autofix step %d (%s): %d groups float (%d ops): mAP50-95 %.4f, drop %s, gain %s",
-                 step["evaluation"], tried, len(chosen), step["ops_float"], result.map50_95, drop.text(),
-                 gain.text())
+        log.info("autofix step %d (%s): %d groups float (%d ops): %s %.4f, drop %s, gain %s",
+                 step["evaluation"], tried, len(chosen), step["ops_float"], self.family.title(),
+                 result.value(key()), drop.text(), gain.text())
         self.steps.append(step)
         return step

@@ -1,4 +1,4 @@
-"""pycocotools scoring (boxes, masks): the matching both the evaluator's mAP and the bootstrap's resampled mAP start from."""
+"""pycocotools scoring (boxes, masks): the matching the evaluator's mAP and the bootstrap's resampled mAP start from."""
 
 from __future__ import annotations
 

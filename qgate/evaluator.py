@@ -41,6 +41,10 @@ class Evaluation:
     ground_truth: dict = field(default_factory=dict)
     precision: str = ""  # the precision the workers ran (comma-separated if they differed)
 
+    def value(self, key: str) -> float:
+        """A metric by its key: `map50_95` and `map50` (boxes) or one of the task's own (`mask_map50_95`)."""
+        return {"map50_95": self.map50_95, "map50": self.map50}.get(key, self.task_metrics.get(key))
+
     @property
     def images_per_second(self) -> float:
         """Throughput of the whole loop: read, preprocess, infer, decode."""
@@ -211,11 +215,11 @@ def score(images: list[Path], names: tuple[str, ...], per_image: list[list[dict]
     detections = [d for image_detections in per_image for d in image_detections]
     map50_95, map50, per_class = coco_map(ground_truth, detections)
     task_metrics = {}
-    for iou_type, prefix in task.scored[1:]:
-        task_map50_95, task_map50, task_classes = coco_map(ground_truth, detections, iou_type)
-        task_metrics |= {f"{prefix}map50_95": task_map50_95, f"{prefix}map50": task_map50}
+    for family in task.metrics.scored[1:]:  # boxes above; then masks, keypoints
+        task_map50_95, task_map50, task_classes = coco_map(ground_truth, detections, family.iou_type)
+        task_metrics |= {family.key("map50_95"): task_map50_95, family.key("map50"): task_map50}
         for row, task_row in zip(per_class, task_classes):
-            row |= {f"{prefix}map50_95": task_row["map50_95"], f"{prefix}map50": task_row["map50"]}
+            row |= {family.key("map50_95"): task_row["map50_95"], family.key("map50"): task_row["map50"]}
     return Evaluation(map50_95=map50_95, map50=map50, images=len(images),
                       instances=len(ground_truth["annotations"]), seconds=seconds, per_class=per_class,
                       detections=detections, ground_truth=ground_truth, precision=",".join(sorted(set(precisions))),

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from qgate.cpu import describe
 from qgate.io import sha256_file
 from qgate.params import Params
+from qgate.task_metrics import BOX, Scored, recorded
 from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, decide, samples_to_resolve
 
 # The DVC stages whose outputs the gates read (the Makefile's GATED_STAGES, checked by tests/test_setup.py):
@@ -147,17 +148,25 @@ class Gate:
 
 
 def gates(params: Params) -> list[Gate]:
-    """Every gate, in report order; optional ones whose threshold is null have `limit` None."""
+    """Every gate, in report order; optional ones whose threshold is null have `limit` None.
+
+    The accuracy gates follow the task the export record names: a drop gate per scored metric (boxes, and a
+    segment model's masks, each with its own `gates.max_..._drop`); the optional ones judge the task's own metric.
+    """
     g = params.gates
+    task = recorded(params.export.record)
+    own = task.primary
     return [
-        Gate("accuracy_map50_95_drop", "map50_95_drop", g.max_map50_95_drop, "<=", _map_drop,
-             "mAP50-95 drop, FP32 - INT8"),
-        Gate("accuracy_map50_95_drop_rel", "map50_95_drop_rel", g.max_map50_95_drop_rel, "<=", _map_drop_rel,
-             "mAP50-95 drop / FP32 mAP50-95"),
-        Gate("accuracy_int8_map50_95_floor", "int8 map50_95", g.min_int8_map50_95, ">=", _map_floor,
-             "INT8 mAP50-95"),
-        Gate("accuracy_per_class_drop", "worst class map50_95 drop", g.max_class_map50_95_drop, "<=", _class_drop,
-             "worst class's mAP50-95 drop"),
+        *(Gate(f"accuracy_{f.key('map50_95_drop')}", f.key("map50_95_drop"),
+               getattr(g, f"max_{f.key('map50_95_drop')}"), "<=", _reader(_map_drop, f),
+               f"{f.title()} drop, FP32 - INT8") for f in task.scored),
+        Gate(f"accuracy_{own.key('map50_95_drop_rel')}", own.key("map50_95_drop_rel"), g.max_map50_95_drop_rel, "<=",
+             _reader(_map_drop_rel, own), f"{own.title()} drop / FP32 {own.title()}"),
+        Gate(f"accuracy_int8_{own.key()}_floor", f"int8 {own.key()}", g.min_int8_map50_95, ">=",
+             _reader(_map_floor, own), f"INT8 {own.title()}"),
+        Gate("accuracy_per_class_drop" if own is BOX else f"accuracy_per_class_{own.label}_drop",
+             f"worst class {own.key()} drop", g.max_class_map50_95_drop, "<=", _reader(_class_drop, own),
+             f"worst class's {own.title()} drop"),
         Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, "<=", _latency, "INT8 median latency, ms"),
         Gate("speed_speedup", "speedup_fps", g.min_speedup, ">=", _speedup, "INT8 / FP32 throughput, x"),
         Gate("drift_detection_error", "detection_error", g.max_detection_error, "<=", _detection_error,
@@ -251,21 +260,23 @@ AUTOFIX_STOPS = {  # why autofix's search ended short of its target, and what wo
 
 def _autofix_hint(m: Metrics) -> str:
     """autofix's suggestion (the ignored scope to paste and the mAP it reached), or why there is none."""
-    cfg = m.params.autofix
+    cfg, own = m.params.autofix, recorded(m.params.export.record).primary
+    aim = "" if own is BOX else f" (on {own.title()}, the task's own metric)"  # a box gate's hint must say so
     try:
         if not m.value(cfg.metrics, "needed"):
-            return (f". autofix found the drop within autofix.target_drop {cfg.target_drop} and suggests nothing: "
-                    "lower autofix.target_drop to below this gate's limit")
-        fixed_drop, evaluations = m.number(cfg.metrics, "fixed_map50_95_drop"), m.value(cfg.metrics, "evaluations")
+            return (f". autofix found the drop within autofix.target_drop {cfg.target_drop}{aim} and suggests "
+                    "nothing: lower autofix.target_drop to below this gate's limit")
+        fixed_drop = m.number(cfg.metrics, f"fixed_{own.key('map50_95_drop')}")
+        evaluations = m.value(cfg.metrics, "evaluations")
         if not m.value(cfg.metrics, "reached"):
-            return (f". autofix did not reach autofix.target_drop {cfg.target_drop}: best drop {fixed_drop:.4f} after "
-                    f"{evaluations} full evaluations; {AUTOFIX_STOPS.get(m.value(cfg.metrics, 'stopped'), '')}"
+            return (f". autofix did not reach autofix.target_drop {cfg.target_drop}{aim}: best drop {fixed_drop:.4f} "
+                    f"after {evaluations} full evaluations; {AUTOFIX_STOPS.get(m.value(cfg.metrics, 'stopped'), '')}"
                     f"see {cfg.steps}")
         block = m.read(cfg.scope)
     except MetricsUnavailable as exc:
         return f". (no autofix suggestion: {exc})"
-    return (f". Suggested fix: {m.value(cfg.metrics, 'ops_float_added')} more ops in float give mAP50-95 "
-            f"{m.number(cfg.metrics, 'fixed_map50_95'):.4f} (drop {fixed_drop:.4f}, {evaluations} evaluations). "
+    return (f". Suggested fix: {m.value(cfg.metrics, 'ops_float_added')} more ops in float give {own.title()} "
+            f"{m.number(cfg.metrics, f'fixed_{own.key()}'):.4f} (drop {fixed_drop:.4f}, {evaluations} evaluations). "
             f"Paste this under `quantize:` in params.yaml (also in {cfg.scope}):\n{block}")
 
 
@@ -320,31 +331,36 @@ def _resolution(m: Metrics, half_width: float, limit: float, what: str) -> str:
     return text
 
 
-def _map_drop(m: Metrics, limit: float) -> Reading:
+def _reader(read: Callable, family: Scored) -> Callable[["Metrics", Any], Reading]:
+    """`read(m, limit, family)` as a gate's reader of one metric family."""
+    return lambda m, limit: read(m, limit, family)
+
+
+def _map_drop(m: Metrics, limit: float, family: Scored) -> Reading:
     path = m.params.int8_eval.metrics
-    caveat = _resolution(m, m.number(path, "map50_95_drop_resolution"), limit, "mAP50-95 drops")
-    return _with_interval(m, path, "map50_95_drop", _accuracy_hint(m), caveat)
+    caveat = _resolution(m, m.number(path, family.key("map50_95_drop_resolution")), limit,
+                         f"{family.title()} drops")
+    return _with_interval(m, path, family.key("map50_95_drop"), _accuracy_hint(m), caveat)
 
 
-def _map_drop_rel(m: Metrics, limit: float) -> Reading:
+def _map_drop_rel(m: Metrics, limit: float, family: Scored) -> Reading:
+    path, key = m.params.int8_eval.metrics, family.key("map50_95_drop_rel")
+    half = (m.number(path, f"{key}_ci_high") - m.number(path, f"{key}_ci_low")) / 2
+    return _with_interval(m, path, key, _accuracy_hint(m), _resolution(m, half, limit, "relative drops"))
+
+
+def _map_floor(m: Metrics, limit: float, family: Scored) -> Reading:
     path = m.params.int8_eval.metrics
-    half = (m.number(path, "map50_95_drop_rel_ci_high") - m.number(path, "map50_95_drop_rel_ci_low")) / 2
-    return _with_interval(m, path, "map50_95_drop_rel", _accuracy_hint(m),
-                          _resolution(m, half, limit, "relative drops"))
-
-
-def _map_floor(m: Metrics, limit: float) -> Reading:
-    path = m.params.int8_eval.metrics
-    baseline = m.number(m.params.baseline.metrics, "map50_95")
-    hint = f"FP32 mAP50-95 is {baseline:.4f}" + (
+    baseline = m.number(m.params.baseline.metrics, family.key())
+    hint = f"FP32 {family.title()} is {baseline:.4f}" + (
         ": the FP32 model is already below the floor (train longer or lower the floor)" if baseline < limit
         else f"; {_accuracy_hint(m)}")
-    return _with_interval(m, path, "map50_95", hint)
+    return _with_interval(m, path, family.key(), hint)
 
 
-def _class_drop(m: Metrics, limit: float) -> Reading:
-    fp32 = _per_class(m, m.params.baseline.per_class, m.params.baseline.metrics)
-    int8 = _per_class(m, m.params.int8_eval.per_class, m.params.int8_eval.metrics)
+def _class_drop(m: Metrics, limit: float, family: Scored) -> Reading:
+    fp32 = _per_class(m, m.params.baseline.per_class, m.params.baseline.metrics, family.key())
+    int8 = _per_class(m, m.params.int8_eval.per_class, m.params.int8_eval.metrics, family.key())
     if fp32.keys() != int8.keys():
         raise MetricsUnavailable(f"{m.params.baseline.per_class} and {m.params.int8_eval.per_class} list different "
                                  f"classes; re-run {m.rerun(m.params.int8_eval.per_class)}")
@@ -358,11 +374,11 @@ def _class_drop(m: Metrics, limit: float) -> Reading:
                    caveat="a point estimate: one class has few instances, far noisier than the overall drop")
 
 
-def _per_class(m: Metrics, path: str, sibling: str) -> dict[str, float | None]:
+def _per_class(m: Metrics, path: str, sibling: str, key: str) -> dict[str, float | None]:
     m.value(sibling, "model_sha256")  # the per-class file is current when the file written beside it is
     rows = m.read(path)
     try:
-        return {str(row["class_name"]): None if row["map50_95"] is None else float(row["map50_95"]) for row in rows}
+        return {str(row["class_name"]): None if row[key] is None else float(row[key]) for row in rows}
     except (TypeError, KeyError, ValueError) as exc:
         raise MetricsUnavailable(f"{path} is malformed ({exc.__class__.__name__}); re-run {m.rerun(path)}") from exc
 

@@ -89,6 +89,11 @@ class RawHead:
         return float(np.sum(1 - _paired_iou(_xywh_to_xyxy(ref[:4].T), _xywh_to_xyxy(cand[:4].T))
                             + score_change ** 2))
 
+    def paired_extras(self, out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The reference's confident boxes (xyxy) with their extra values and those of the same anchor in `out`."""
+        extras = slice(len(reference) - self.extra, None)
+        return (_xywh_to_xyxy(reference[:4, mask].T), reference[extras, mask].T, out[extras, mask].T)
+
 
 class End2EndHead:
     """[K, 6+extra] per image: rows (x1, y1, x2, y2, score, class, extra...), top-K of an NMS-free head; no NMS."""
@@ -124,6 +129,17 @@ class End2EndHead:
             best = int(ious.argmax())
             error += 1 - ious[best] + (score - same[best, 4]) ** 2
         return float(error)
+
+    def paired_extras(self, out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The reference's confident rows' boxes and extra values, and those of their best-overlapping same-class
+        row in `out` (NaN where `out` has none)."""
+        ref = reference[mask]
+        counterpart = np.full((len(ref), self.extra), np.nan, dtype=np.float64)
+        for k, (box, cls) in enumerate(zip(ref[:, :4], ref[:, 5])):
+            same = out[out[:, 5] == cls]
+            if len(same):
+                counterpart[k] = same[int(_paired_iou(np.repeat(box[None], len(same), 0), same[:, :4]).argmax()), 6:]
+        return ref[:, :4], ref[:, 6:], counterpart
 
 
 HEADS = {head.layout: head for head in (RawHead, End2EndHead)}

@@ -88,7 +88,7 @@ class _ClassMatches:
 class ImageMatches:
     """One model's detections matched to the ground truth per image (pycocotools `evaluate`), for weighted mAP."""
 
-    def __init__(self, ground_truth: dict, detections: list[dict]):
+    def __init__(self, ground_truth: dict, detections: list[dict], iou_type: str = "bbox"):
         self.images = len(ground_truth["images"])
         self.classes: list[_ClassMatches | None] = []
         if not detections or not ground_truth["annotations"]:
@@ -97,7 +97,7 @@ class ImageMatches:
             self.empty = True
             return
         self.empty = False
-        evaluator = matched(ground_truth, detections)  # the settings of qgate.cocoeval.coco_map
+        evaluator = matched(ground_truth, detections, iou_type)  # the settings of qgate.cocoeval.coco_map
         p = evaluator.params
         self.rec_thresholds, self.iou_thresholds = p.recThrs, len(p.iouThrs)
         image_position = {image_id: i for i, image_id in enumerate(p.imgIds)}
@@ -208,8 +208,8 @@ class PairedScorer:
     look good or bad applies to both, so only their disagreement is left in the interval.
     """
 
-    def __init__(self, ground_truth: dict, samples: int, seed: int):
-        self.ground_truth = ground_truth
+    def __init__(self, ground_truth: dict, samples: int, seed: int, iou_type: str = "bbox"):
+        self.ground_truth, self.iou_type = ground_truth, iou_type
         images = len(ground_truth["images"])
         # row 0: every image once (the full-set estimate, pycocotools' own numbers); then the resamples
         self.weights = np.vstack([np.ones((1, images), dtype=np.int64), resample_weights(images, samples, seed)])
@@ -217,7 +217,7 @@ class PairedScorer:
 
     def scores(self, detections: list[dict]) -> tuple[np.ndarray, np.ndarray]:
         """mAP50-95 and mAP50: index 0 on the full set, then one per resample."""
-        return ImageMatches(self.ground_truth, detections).map(self.weights)
+        return ImageMatches(self.ground_truth, detections, self.iou_type).map(self.weights)
 
 
 def difference(a: np.ndarray, b: np.ndarray, level: float) -> Interval:
@@ -226,13 +226,14 @@ def difference(a: np.ndarray, b: np.ndarray, level: float) -> Interval:
 
 
 def paired_drop(ground_truth: dict, reference: list[dict], candidate: list[dict], samples: int, level: float,
-                seed: int, points: tuple[float, float, float, float] | None = None) -> PairedDrop:
+                seed: int, points: tuple[float, float, float, float] | None = None,
+                iou_type: str = "bbox") -> PairedDrop:
     """Paired bootstrap of the mAP drop from `reference` to `candidate` detections (same resampled images).
 
     `points` (FP32 mAP50-95, INT8 mAP50-95, FP32 mAP50, INT8 mAP50) are the full-set estimates; when None they
     are computed here with every weight 1.
     """
-    scorer = PairedScorer(ground_truth, samples, seed)
+    scorer = PairedScorer(ground_truth, samples, seed, iou_type)
     ref_map, ref_map50 = scorer.scores(reference)
     cand_map, cand_map50 = scorer.scores(candidate)
     ref_point, cand_point, ref50_point, cand50_point = points or (ref_map[0], cand_map[0], ref_map50[0],

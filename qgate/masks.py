@@ -28,6 +28,23 @@ def instance_masks(coefficients: np.ndarray, protos: np.ndarray, boxes: np.ndarr
         yield _to_original(_crop(mask, box), letterbox) if letterbox else _crop(mask, box).astype(np.uint8)
 
 
+def grid_masks(coefficients: np.ndarray, protos: np.ndarray, boxes: np.ndarray, imgsz: int) -> np.ndarray:
+    """Binary masks [n, h, w] on the prototype grid, each cropped to its box (xyxy, input pixels, scaled down):
+    cheap enough to compare every confident detection of two models (Ultralytics' `process_mask`)."""
+    grid = protos.shape[1:]
+    logits = coefficients.astype(np.float32) @ protos.reshape(len(protos), -1).astype(np.float32)
+    masks = logits.reshape(-1, *grid) > 0
+    scaled = boxes * (grid[1] / imgsz)
+    return np.stack([_crop(m, box) for m, box in zip(masks, scaled)]) if len(masks) else masks
+
+
+def paired_mask_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of masks a[i] and b[i] ([n, h, w] each); 1 where both are empty (nothing to disagree on)."""
+    inter = np.logical_and(a, b).sum((1, 2))
+    union = np.logical_or(a, b).sum((1, 2))
+    return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
+
+
 def _crop(mask: np.ndarray, box: np.ndarray) -> np.ndarray:
     """Zero every pixel outside the box: column i stays when x1 <= i < x2 (Ultralytics' `crop_mask`)."""
     x1, y1, x2, y2 = (min(max(math.ceil(v), 0), size) for v, size in zip(box, mask.shape[::-1] * 2))

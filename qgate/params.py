@@ -207,6 +207,7 @@ class GatesParams:
     """`gates:` every threshold `make gate` judges the metrics with (null switches an optional gate off)."""
 
     max_map50_95_drop: float
+    max_mask_map50_95_drop: float
     max_map50_95_drop_rel: float | None
     min_int8_map50_95: float | None
     max_class_map50_95_drop: float | None

@@ -21,6 +21,7 @@ from qgate.cli import run_tool
 from qgate.errors import QgateError
 from qgate.gates import GATED_STAGES, Metrics, Verdict, judge_all
 from qgate.params import Params, load_params
+from qgate.task_metrics import recorded
 
 
 def main(params_path: str, push: bool = False) -> int:
@@ -100,14 +101,16 @@ def verdict_fields(params: Params, m: Metrics, verdicts: list[Verdict], head: st
     p, fix = params, params.autofix.metrics
     fixed = bool(m.value(fix, "needed"))
     ci = m.number(p.int8_eval.metrics, "ci_level")
+    key = recorded(p.export.record).primary.key  # the task's own metric: box mAP, a segment model's mask mAP
     if fixed:  # the shipped IR is autofix's: its own mAP and drop interval, and its benchmark
-        int8_map, drop = m.number(fix, "fixed_map50_95"), m.number(fix, "fixed_map50_95_drop")
-        low, high = m.number(fix, "fixed_map50_95_drop_ci_low"), m.number(fix, "fixed_map50_95_drop_ci_high")
+        int8_map, drop = m.number(fix, f"fixed_{key()}"), m.number(fix, f"fixed_{key('map50_95_drop')}")
+        low = m.number(fix, f"fixed_{key('map50_95_drop')}_ci_low")
+        high = m.number(fix, f"fixed_{key('map50_95_drop')}_ci_high")
         speed = f"{m.number(p.benchmark.metrics, 'fixed_speedup_fps'):.3f}"
     else:
-        int8_map, drop = m.number(p.int8_eval.metrics, "map50_95"), m.number(p.int8_eval.metrics, "map50_95_drop")
-        low = m.number(p.int8_eval.metrics, "map50_95_drop_ci_low")
-        high = m.number(p.int8_eval.metrics, "map50_95_drop_ci_high")
+        int8_map, drop = m.number(p.int8_eval.metrics, key()), m.number(p.int8_eval.metrics, key("map50_95_drop"))
+        low = m.number(p.int8_eval.metrics, key("map50_95_drop_ci_low"))
+        high = m.number(p.int8_eval.metrics, key("map50_95_drop_ci_high"))
         bench = p.benchmark.metrics
         speed = (f"{m.number(bench, 'speedup_fps'):.3f} [{m.number(bench, 'speedup_fps_ci_low'):.3f}, "
                  f"{m.number(bench, 'speedup_fps_ci_high'):.3f}] ({ci:.0%})")
@@ -118,8 +121,8 @@ def verdict_fields(params: Params, m: Metrics, verdicts: list[Verdict], head: st
         "commit": head, "path": str(fixed_ir(params).parent), "ir": "autofix" if fixed else "plain INT8",
         "ir_sha256": m.value(fix, "fixed_ir_bin_sha256"), "model_sha256": m.value(p.export.record, "model_sha256"),
         "weights": p.model.weights, "imgsz": str(p.model.imgsz),
-        "map50_95_fp32": f"{m.number(p.baseline.metrics, 'map50_95'):.4f}", "map50_95_int8": f"{int8_map:.4f}",
-        "map50_95_drop": f"{drop:.4f} [{low:.4f}, {high:.4f}] ({ci:.0%})", "speedup_fps": speed,
+        f"{key()}_fp32": f"{m.number(p.baseline.metrics, key()):.4f}", f"{key()}_int8": f"{int8_map:.4f}",
+        key("map50_95_drop"): f"{drop:.4f} [{low:.4f}, {high:.4f}] ({ci:.0%})", "speedup_fps": speed,
     }
 
 

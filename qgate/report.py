@@ -21,6 +21,7 @@ from qgate.io import write_bytes, write_text
 from qgate.params import Params
 from qgate.plots import sensitivity_figure, svg_text
 from qgate.summary import headline, needs_attention, result_text, terminal
+from qgate.task_metrics import recorded
 
 log = logging.getLogger(__name__)
 
@@ -91,50 +92,62 @@ def _num(value: Any, digits: int = 4) -> str:
 def _results(m: Metrics) -> Section:
     p = m.params
     base, int8, bench = p.baseline.metrics, p.int8_eval.metrics, p.benchmark.metrics
-    rows = [["FP32", _num(_get(m, base, "inference_precision")), _num(_get(m, base, "map50_95")),
-             _num(_get(m, base, "map50")), _num(_get(m, bench, "fp32_latency_ms"), 2),
-             _num(_get(m, bench, "fp32_fps"), 1), _num(_get(m, bench, "fp32_size_mb"), 2)]]
+    task = recorded(p.export.record)
+    keys = [f.key(name) for f in reversed(task.scored) for name in ("map50_95", "map50")]  # the task's own first
+    rows = [["FP32", _num(_get(m, base, "inference_precision")), *(_num(_get(m, base, k)) for k in keys),
+             _num(_get(m, bench, "fp32_latency_ms"), 2), _num(_get(m, bench, "fp32_fps"), 1),
+             _num(_get(m, bench, "fp32_size_mb"), 2)]]
     if _get(m, bench, "bf16_supported"):
-        rows.append(["BF16 (FP32 IR)", "bf16", "not measured", "not measured",
+        rows.append(["BF16 (FP32 IR)", "bf16", *(["not measured"] * len(keys)),
                      _num(_get(m, bench, "bf16_latency_ms"), 2), _num(_get(m, bench, "bf16_fps"), 1),
                      _num(_get(m, bench, "fp32_size_mb"), 2)])
     rows.append(["INT8", f"int8 (float ops at {_num(_get(m, int8, 'inference_precision'))})",
-                 _num(_get(m, int8, "map50_95")), _num(_get(m, int8, "map50")),
+                 *(_num(_get(m, int8, k)) for k in keys),
                  _num(_get(m, bench, "int8_latency_ms"), 2), _num(_get(m, bench, "int8_fps"), 1),
                  _num(_get(m, bench, "int8_size_mb"), 2)])
     fix = p.autofix.metrics
-    if _get(m, fix, "needed"):
+    if _get(m, fix, "needed"):  # autofix measures the task's own metric only
+        own = task.primary
         rows.append([f"INT8 fixed (autofix: {_num(_get(m, fix, 'ops_float_added'))} more ops float)",
                      f"int8 + float (at {_num(_get(m, int8, 'inference_precision'))})",
-                     _num(_get(m, fix, "fixed_map50_95")), _num(_get(m, fix, "fixed_map50")),
+                     _num(_get(m, fix, f"fixed_{own.key()}")), _num(_get(m, fix, f"fixed_{own.key('map50')}")),
+                     *(["not measured"] * (len(keys) - 2)),
                      _num(_get(m, bench, "fixed_latency_ms"), 2), _num(_get(m, bench, "fixed_fps"), 1),
                      _num(_get(m, bench, "fixed_size_mb"), 2)])
-    lead = (f"INT8 mAP50-95 **{_num(_get(m, int8, 'map50_95'))}** {_range(m, int8, 'map50_95')} against FP32 "
-            f"**{_num(_get(m, base, 'map50_95'))}** {_range(m, int8, 'baseline_map50_95')}: a drop of "
-            f"**{_num(_get(m, int8, 'map50_95_drop'))}** {_range(m, int8, 'map50_95_drop')}. Speed-up "
-            f"**{_num(_get(m, bench, 'speedup_fps'), 2)}x** {_range(m, bench, 'speedup_fps', 2)} on "
-            f"{_num(_get(m, bench, 'cpu_model'))} ({_num(_get(m, bench, 'cpu_isa'))}).")
-    header = ["model", "precision run", "mAP50-95", "mAP50", "latency ms", "FPS", "size MB"]
+    lead = " ".join(_accuracy_lead(m, family) for family in reversed(task.scored)) + (
+        f" Speed-up **{_num(_get(m, bench, 'speedup_fps'), 2)}x** {_range(m, bench, 'speedup_fps', 2)} on "
+        f"{_num(_get(m, bench, 'cpu_model'))} ({_num(_get(m, bench, 'cpu_isa'))}).")
+    titles = [f.title(name) for f in reversed(task.scored) for name in ("mAP50-95", "mAP50")]
+    header = ["model", "precision run", *titles, "latency ms", "FPS", "size MB"]
     return Section("Results", [lead], [(header, rows)])
+
+
+def _accuracy_lead(m: Metrics, family) -> str:
+    """'INT8 mAP50-95 x [..] against FP32 y [..]: a drop of z [..].' for one metric family."""
+    base, int8, key = m.params.baseline.metrics, m.params.int8_eval.metrics, family.key
+    return (f"INT8 {family.title()} **{_num(_get(m, int8, key()))}** {_range(m, int8, key())} against FP32 "
+            f"**{_num(_get(m, base, key()))}** {_range(m, int8, f'baseline_{key()}')}: a drop of "
+            f"**{_num(_get(m, int8, key('map50_95_drop')))}** {_range(m, int8, key('map50_95_drop'))}.")
 
 
 def _method(m: Metrics) -> Section:
     """How the numbers were measured: precision actually run, images and resamples, CPU and benchmark pairs."""
     p = m.params
     base, int8, bench = p.baseline.metrics, p.int8_eval.metrics, p.benchmark.metrics
+    own = recorded(p.export.record).primary
     bf16 = ("BF16 is not supported by this CPU, so there is no BF16 row; `bf16` requests would run f32 here."
             if _get(m, bench, "bf16_supported") == 0 else "")
     return Section("How it was measured", [
         f"Precision measured: FP32 at **{_num(_get(m, base, 'inference_precision'))}** (OpenVINO "
         f"INFERENCE_PRECISION_HINT set explicitly; the value is what the compiled model reports). {bf16}",
         f"Speed-up INT8/FP32: {_num(_get(m, bench, 'speedup_fps'), 2)}x throughput "
-        f"{_range(m, bench, 'speedup_fps', 2)}, {_num(_get(m, bench, 'speedup_latency'), 2)}x latency; mAP50-95 drop "
-        f"{_num(_get(m, int8, 'map50_95_drop'))} {_range(m, int8, 'map50_95_drop')} "
-        f"({_pct(_get(m, int8, 'map50_95_drop_rel'))} of FP32).",
+        f"{_range(m, bench, 'speedup_fps', 2)}, {_num(_get(m, bench, 'speedup_latency'), 2)}x latency; "
+        f"{own.title()} drop {_num(_get(m, int8, own.key('map50_95_drop')))} "
+        f"{_range(m, int8, own.key('map50_95_drop'))} ({_pct(_get(m, int8, own.key('map50_95_drop_rel')))} of FP32).",
         f"Accuracy: pycocotools mAP on {_num(_get(m, base, 'images'))} `{p.baseline.split}` images at "
         f"{p.model.imgsz} px; intervals from {_num(_get(m, int8, 'bootstrap_samples'))} paired bootstrap resamples "
         f"of those images (the same resample for FP32 and INT8): this val set resolves drops of about "
-        f"{_num(_get(m, int8, 'map50_95_drop_resolution'))}. Speed: `benchmark_app` on "
+        f"{_num(_get(m, int8, own.key('map50_95_drop_resolution')))}. Speed: `benchmark_app` on "
         f"**{_num(_get(m, bench, 'cpu_model'))}** ({_num(_get(m, bench, 'cpu_isa'))}: INT8's gain depends on these), "
         f"{p.benchmark.device}, hint "
         f"{p.benchmark.hint}, {_num(_get(m, bench, 'pairs'))} interleaved FP32/INT8 pairs of {p.benchmark.seconds} s, "
@@ -253,10 +266,11 @@ def _autofix(m: Metrics) -> Section:
                 "put back to int8 (-) where the drop stayed within. Each evaluation is a real mixed-precision model "
                 f"scored on the whole `{p.baseline.split}` split. Evaluation images/s is the scoring loop's rate "
                 "(decode and NMS included), not benchmark_app's."]
-    header = ["#", "tried", "groups float", "ops float", "mAP50-95", "drop", "within target", "kept",
+    own = recorded(p.export.record).primary
+    header = ["#", "tried", "groups float", "ops float", own.title(), "drop", "within target", "kept",
               "eval images/s"]
-    table = [[s["evaluation"], s.get("tried", ""), s["groups_float"], s["ops_float"], s["map50_95"],
-              s["map50_95_drop"], _yes(s["within_target"]), _yes(s.get("kept")), s["images_per_second"]]
+    table = [[s["evaluation"], s.get("tried", ""), s["groups_float"], s["ops_float"], s[own.key()],
+              s[own.key("map50_95_drop")], _yes(s["within_target"]), _yes(s.get("kept")), s["images_per_second"]]
              for s in steps]
     rank_header = ["rank", "quantizer", "ops", f"error removed (q{p.sensitivity.rank_quantile:g}, ranks)",
                    "error removed (all)", "worst image", "clip share"]
@@ -290,26 +304,34 @@ def _per_class(m: Metrics) -> Section:
         fp32, int8 = m.read(p.baseline.per_class), m.read(p.int8_eval.per_class)
     except MetricsUnavailable as exc:
         return Section("Accuracy per class", [str(exc)])
-    ranked = classes_by_drop(fp32, int8)
-    rows = [[r["class_name"], _ap(r["fp32"]), _ap(r["int8"]), _ap(r["drop"])] for r in ranked]
+    own, *others = reversed(recorded(p.export.record).scored)  # the task's own metric first, boxes beside it
+    ranked = classes_by_drop(fp32, int8, own.key())
+    beside = {f: {r["class_name"]: r for r in classes_by_drop(fp32, int8, f.key())} for f in others}
+    rows = [[r["class_name"], _ap(r["fp32"]), _ap(r["int8"]), _ap(r["drop"]),
+             *(_ap(beside[f][r["class_name"]][column]) for f in others for column in ("fp32", "int8", "drop"))]
+            for r in ranked]
     absent = sum(r["fp32"] is None for r in ranked)
     measured = [r for r in ranked if r["drop"] is not None]
-    text = [f"Classes sorted by mAP50-95 drop, worst first; {absent} of {len(ranked)} classes have no instance in "
-            f"the `{p.baseline.split}` split ({NO_INSTANCES}) and are listed last."] if absent else \
-        ["Classes sorted by mAP50-95 drop, worst first."]
+    text = [f"Classes sorted by {own.title()} drop, worst first; {absent} of {len(ranked)} classes have no instance "
+            f"in the `{p.baseline.split}` split ({NO_INSTANCES}) and are listed last."] if absent else \
+        [f"Classes sorted by {own.title()} drop, worst first."]
     figures = [_class_plot(measured[:PLOTTED_CLASSES], len(measured))] if measured else []
-    return Section("Accuracy per class", text, [(["class", "FP32 mAP50-95", "INT8 mAP50-95", "drop"], rows)],
-                   figures)
+    header = ["class", *(f"{model} {f.title()}" if model else f"{f.title()} drop" for f in (own, *others)
+                         for model in ("FP32", "INT8", ""))]
+    if not others:
+        header[3] = "drop"
+    return Section("Accuracy per class", text, [(header, rows)], figures)
 
 
-def classes_by_drop(fp32: list[dict], int8: list[dict]) -> list[dict]:
-    """Per class: FP32 and INT8 mAP50-95 and the drop (None where a class has no instance), worst drop first."""
-    int8_by_name = {r["class_name"]: r["map50_95"] for r in int8}
+def classes_by_drop(fp32: list[dict], int8: list[dict], key: str = "map50_95") -> list[dict]:
+    """Per class: FP32 and INT8 `key` (mAP50-95 of boxes, masks) and the drop (None where a class has no instance),
+    worst drop first."""
+    int8_by_name = {r["class_name"]: r[key] for r in int8}
     rows = []
     for r in fp32:
         after = int8_by_name.get(r["class_name"])
-        drop = r["map50_95"] - after if r["map50_95"] is not None and after is not None else None
-        rows.append({"class_name": r["class_name"], "fp32": r["map50_95"], "int8": after, "drop": drop})
+        drop = r[key] - after if r[key] is not None and after is not None else None
+        rows.append({"class_name": r["class_name"], "fp32": r[key], "int8": after, "drop": drop})
     return sorted(rows, key=lambda r: (r["drop"] is None, -(r["drop"] or 0.0)))  # stable: ties keep class order
 
 

@@ -116,8 +116,9 @@ def infer_pipelined(compiled: ov.CompiledModel, items, prepare, consume, outputs
         finish((started + offset) % len(requests))
 
 
-def head_outputs(compiled: ov.CompiledModel, inputs: list[np.ndarray], outputs: int = 1) -> list[tuple[np.ndarray, ...]]:
-    """The first `outputs` outputs of every input (batch item 0), inferred asynchronously, copied out of the requests."""
+def head_outputs(compiled: ov.CompiledModel, inputs: list[np.ndarray],
+                 outputs: int = 1) -> list[tuple[np.ndarray, ...]]:
+    """The first `outputs` outputs of every input (batch item 0), inferred asynchronously, copied out of requests."""
     results: list[tuple] = [()] * len(inputs)
 
     def keep(tensors: tuple, index: int) -> None:

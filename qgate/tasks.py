@@ -15,7 +15,8 @@ from qgate.compare import match
 from qgate.dataset import coco_ground_truth, coco_segment_truth
 from qgate.errors import QgateError
 from qgate.heads import HEADS, Postprocess, RawHead
-from qgate.masks import instance_masks, mask_iou, rle
+from qgate.masks import grid_masks, instance_masks, mask_iou, paired_mask_iou, rle
+from qgate.task_metrics import TASK_METRICS
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,8 @@ class Detect:
     """Boxes: output 0 in one of the detection head layouts (`qgate.heads`), scored by pycocotools `bbox`."""
 
     name = "detect"
-    scored = (("bbox", ""),)  # pycocotools iouType and the prefix of its metric names, box first
+    metrics = TASK_METRICS["detect"]  # what it is scored and judged on
     outputs = 1  # how many of the model's outputs the task reads, from the first
-    metric = "map50_95"  # the metrics files' key of the number the accuracy gate judges
 
     def __init__(self, head=RawHead()):
         self.head = head
@@ -84,9 +84,8 @@ class Segment(Detect):
     """
 
     name = "segment"
-    scored = (("bbox", ""), ("segm", "mask_"))
+    metrics = TASK_METRICS["segment"]
     outputs = 2
-    metric = "mask_map50_95"
 
     def __init__(self, head, imgsz: int):
         self.head, self.imgsz = head, imgsz
@@ -116,6 +115,19 @@ class Segment(Detect):
         for detection, mask in zip(detections, masks):
             detection["segmentation"] = rle(mask)
         return detections
+
+    def detection_error(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> float:
+        """The head's box and score error plus, per confident reference detection, 1 - IoU of the two masks
+        (on the prototype grid, cropped to the reference box): a group that breaks masks but not boxes shows.
+
+        A detection `candidate` has no counterpart for costs the whole mask (1).
+        """
+        boxes, ref_coefficients, cand_coefficients = self.head.paired_extras(candidate[0], reference[0], mask)
+        missing = np.isnan(cand_coefficients).any(1)
+        ref_masks = grid_masks(ref_coefficients[~missing], reference[1], boxes[~missing], self.imgsz)
+        cand_masks = grid_masks(cand_coefficients[~missing], candidate[1], boxes[~missing], self.imgsz)
+        mask_error = float(np.sum(1 - paired_mask_iou(ref_masks, cand_masks))) + int(missing.sum())
+        return super().detection_error(candidate, reference, mask) + mask_error
 
     def match(self, reference: list[dict], candidate: list[dict], iou: float) -> list[float]:
         """Greedy same-class one-to-one matching by mask IoU: a group that breaks masks but not boxes shows."""

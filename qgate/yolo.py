@@ -1,4 +1,4 @@
-"""Load an Ultralytics detection checkpoint with clear errors; read versions for provenance."""
+"""Load an Ultralytics checkpoint of a task qgate judges, with clear errors; read versions for provenance."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Any
 
 from qgate.errors import QgateError
+from qgate.task_metrics import TASK_METRICS
 
 # Exports (300 queries, [1, 300, 6]) but its decoder, evaluation parity and quantization are untested here.
 UNSUPPORTED_HEADS = {"RTDETRDecoder": "RT-DETR (transformer decoder head)"}
 
 
 def load_detector(weights: str | Path) -> Any:
-    """Return `ultralytics.YOLO` for a detection `.pt`; QgateError for missing, corrupt or non-detection files."""
+    """Return `ultralytics.YOLO` for a detection or segment `.pt`; QgateError for missing, corrupt or other files."""
     weights = Path(weights)
     if not weights.is_file():
         raise QgateError(f"{weights}: weights not found; set model.weights in params.yaml "
@@ -20,15 +21,16 @@ def load_detector(weights: str | Path) -> Any:
     from ultralytics import YOLO
 
     try:
-        model = YOLO(str(weights), task="detect")
+        model = YOLO(str(weights))
         task = getattr(model.model, "task", None) or model.task
         names = model.names
     except Exception as exc:  # torch/pickle raise many types for a corrupt or foreign file
         raise QgateError(f"{weights}: not a readable Ultralytics checkpoint ({type(exc).__name__}); "
-                         "point model.weights at a YOLO detection .pt") from exc
-    if task != "detect" or not names:
-        raise QgateError(f"{weights}: is a '{task}' model, not a detection model; "
-                         "point model.weights at a YOLO detection .pt")
+                         "point model.weights at a YOLO detection or segmentation .pt") from exc
+    if task not in TASK_METRICS or not names:
+        raise QgateError(f"{weights}: is a '{task}' model; qgate judges {' and '.join(TASK_METRICS)} models only "
+                         "(pose, OBB and classification are not supported yet)")
+    model.task = task
     head = type(model.model.model[-1]).__name__
     if head in UNSUPPORTED_HEADS:
         raise QgateError(f"{weights}: {UNSUPPORTED_HEADS[head]} is not supported yet; qgate judges the YOLO "

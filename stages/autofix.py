@@ -1,4 +1,4 @@
-"""Put the top-ranked quantizer groups back in float until the INT8 mAP50-95 drop is within `autofix.target_drop`."""
+"""Put the top-ranked quantizer groups back in float until the INT8 drop of the task's mAP50-95 is within target."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import openvino as ov
 import yaml
 
-from qgate.autofix_search import STEP_COLUMNS, Search, meets_target
+from qgate.autofix_search import Search, meets_target, step_columns
 from qgate.cli import run_stage
 from qgate.backends import open_executor
 from qgate.errors import QgateError
@@ -19,6 +19,8 @@ from qgate.io import atomic_dir, read_json, sha256_file, write_csv, write_json, 
 from qgate.mixed import ignored_names, quantizer_groups, revert
 from qgate.params import Params
 from qgate.artifacts import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, require_int8_ir, require_output
+from qgate.task_metrics import Scored
+from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
 
@@ -31,19 +33,19 @@ def main(params: Params) -> dict:
     record = export_record(params)
     int8_path = require_int8_ir(params)
     int8_metrics = read_json(require_output(params.int8_eval.metrics, "int8_eval"))
-    baseline = int8_metrics["baseline_map50_95"]
+    family = task_for(record).metrics.primary
+    key = family.key
+    baseline = int8_metrics[f"baseline_{key()}"]
     start = time.perf_counter()
-    needed = not meets_target(params, int8_metrics["map50_95_drop"], int8_metrics["map50_95_drop_ci_low"],
-                              int8_metrics["map50_95_drop_ci_high"])
+    drop = [int8_metrics[key(name)] for name in ("map50_95_drop", "map50_95_drop_ci_low", "map50_95_drop_ci_high")]
+    needed = not meets_target(params, *drop)
     if not needed:
         log.info("autofix: the plain INT8 model meets autofix.target_drop %.4f (drop %.4f [%.4f, %.4f]); nothing "
-                 "to fix", cfg.target_drop, int8_metrics["map50_95_drop"], int8_metrics["map50_95_drop_ci_low"],
-                 int8_metrics["map50_95_drop_ci_high"])
+                 "to fix", cfg.target_drop, *drop)
         _save_copy(int8_path.parent, Path(cfg.out_dir))
         steps, names = [], []
-        best = {"map50_95": int8_metrics["map50_95"], "map50": int8_metrics["map50"],
-                "map50_95_drop": int8_metrics["map50_95_drop"], "drop_ci_low": int8_metrics["map50_95_drop_ci_low"],
-                "drop_ci_high": int8_metrics["map50_95_drop_ci_high"], "within_target": 1}
+        best = {key(name): int8_metrics[key(name)] for name in ("map50_95", "map50", "map50_95_drop")} | {
+            "drop_ci_low": drop[1], "drop_ci_high": drop[2], "within_target": 1}
     else:
         order = ranking(params)
         core = ov.Core()
@@ -56,8 +58,8 @@ def main(params: Params) -> dict:
             chosen, best = search.run()
         steps, names = search.steps, ignored_names(groups, set(chosen))
         revert_and_save(int8, fp32, groups, set(chosen), Path(cfg.out_dir))
-    write_csv(cfg.steps, steps, STEP_COLUMNS)
-    write_text(cfg.scope, scope_block(params, names, best, baseline))
+    write_csv(cfg.steps, steps, step_columns(family))
+    write_text(cfg.scope, scope_block(params, names, best, baseline, family))
     metrics = {
         "needed": int(needed),
         "reached": int(best["within_target"]),
@@ -66,11 +68,11 @@ def main(params: Params) -> dict:
         "ops_float_added": len(names),
         "evaluations": len(steps),
         "stopped": search.stopped if needed else "",
-        "fixed_map50_95": best["map50_95"],
-        "fixed_map50": best["map50"],
-        "fixed_map50_95_drop": best["map50_95_drop"],
-        "fixed_map50_95_drop_ci_low": best["drop_ci_low"],
-        "fixed_map50_95_drop_ci_high": best["drop_ci_high"],
+        f"fixed_{key()}": best[key()],
+        f"fixed_{key('map50')}": best[key("map50")],
+        f"fixed_{key('map50_95_drop')}": best[key("map50_95_drop")],
+        f"fixed_{key('map50_95_drop')}_ci_low": best["drop_ci_low"],
+        f"fixed_{key('map50_95_drop')}_ci_high": best["drop_ci_high"],
         "ci_level": params.int8_eval.ci_level,
         "seconds": round(time.perf_counter() - start, 2),
         "model_sha256": record["model_sha256"],
@@ -106,18 +108,19 @@ def _save_copy(source: Path, out_dir: Path) -> None:
             shutil.copy(source / name, staging / name)
 
 
-def scope_block(params: Params, names: list[str], best: dict, baseline: float) -> str:
+def scope_block(params: Params, names: list[str], best: dict, baseline: float, family: Scored) -> str:
     """The `quantize.ignored_scope` block to paste into params.yaml: the current entries plus the new names."""
     scope = params.quantize.ignored_scope
     block = {"ignored_scope": {
         "names": list(dict.fromkeys([*scope.names, *names])), "patterns": list(scope.patterns),
         "types": list(scope.types),
         "subgraphs": [{"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in scope.subgraphs]}}
-    if best["map50_95"] is None:
+    if best[family.key()] is None:
         reached = "autofix evaluated nothing"
     else:
         level = params.int8_eval.ci_level
-        reached = (f"autofix measured mAP50-95 {best['map50_95']:.4f} (drop {best['map50_95_drop']:.4f} from FP32 "
+        reached = (f"autofix measured {family.title()} {best[family.key()]:.4f} (drop "
+                   f"{best[family.key('map50_95_drop')]:.4f} from FP32 "
                    f"{baseline:.4f}; {level:.0%} interval [{best['drop_ci_low']:.4f}, {best['drop_ci_high']:.4f}], "
                    f"paired bootstrap over the val images) with {len(names)} more ops in float")
     within = "within" if best["within_target"] else "NOT within"

@@ -28,6 +28,7 @@ def main(params: Params) -> dict:
     metrics = {
         "map50_95": round(result.map50_95, 5),
         "map50": round(result.map50, 5),
+        **{key: round(value, 5) for key, value in result.task_metrics.items()},  # masks' mAP of a segment model
         "images": result.images,
         "instances": result.instances,
         "detections": len(result.detections),

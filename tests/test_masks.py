@@ -5,9 +5,9 @@ import pytest
 
 from qgate.cocoeval import coco_map
 from qgate.dataset import coco_segment_truth
-from qgate.heads import Postprocess, RawHead
+from qgate.heads import End2EndHead, Postprocess, RawHead
 from qgate.masks import instance_masks, mask_iou, rle
-from qgate.tasks import Letterbox, Segment
+from qgate.tasks import Detect, Letterbox, Segment
 
 
 @pytest.mark.parametrize("hw0, hw, pad", [((120, 160), (120, 160), (0, 20)), ((300, 400), (120, 160), (0, 20)),
@@ -68,3 +68,25 @@ def test_segment_predictions_carry_box_and_mask_of_each_detection():
     assert [p["bbox"] for p in predictions] == [[25.0, 25.0, 30.0, 30.0], [110.0, 110.0, 20.0, 20.0]]
     assert all(p["segmentation"]["size"] == [160, 160] and p["image_id"] == 3 for p in predictions)
     assert task.match(predictions, predictions, 0.5) == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("head", [RawHead(32), End2EndHead(32)], ids=["raw", "end2end"])
+def test_the_detection_error_of_a_segment_model_sees_masks_that_break_while_boxes_hold(head):
+    rng = np.random.default_rng(2)
+    protos = rng.normal(size=(32, 40, 40)).astype(np.float32)
+    boxes = np.array([[20, 20, 60, 60], [80, 90, 150, 150]], np.float32)
+    coefficients = rng.normal(size=(2, 32)).astype(np.float32)
+    if isinstance(head, RawHead):  # two anchors: xywh, one class score, 32 coefficients
+        output = np.concatenate([np.c_[(boxes[:, :2] + boxes[:, 2:]) / 2, boxes[:, 2:] - boxes[:, :2]].T,
+                                 [[0.9, 0.8]], coefficients.T]).astype(np.float32)
+        broken = output.copy()
+        broken[5:] *= -1  # every mask inverted inside its box; boxes and scores untouched
+    else:
+        output = np.c_[boxes, [0.9, 0.8], [0, 0], coefficients].astype(np.float32)
+        broken = output.copy()
+        broken[:, 6:] *= -1
+    task = Segment(head, 160)
+    mask = head.confident(output, 0.25)
+    assert task.detection_error((output, protos), (output, protos), mask) == 0
+    assert Detect(head).detection_error((broken,), (output,), mask) == pytest.approx(0)  # boxes alone see nothing
+    assert task.detection_error((broken, protos), (output, protos), mask) > 1  # two masks mostly wrong

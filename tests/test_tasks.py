@@ -11,7 +11,7 @@ from qgate.tasks import Detect, Letterbox, scale_to_original, task_for, to_coco
 def test_task_for_reads_the_task_and_head_layout():
     task = task_for({"task": "detect", "head_layout": "end2end"})
     assert isinstance(task, Detect) and isinstance(task.head, End2EndHead)
-    assert task.scored == (("bbox", ""),) and task.outputs == 1
+    assert task.metrics.primary.iou_type == "bbox" and task.outputs == 1
 
 
 @pytest.mark.parametrize("record", [{"head_layout": "raw"}, {"task": "obb", "head_layout": "raw"},

@@ -1,0 +1,59 @@
+"""What each task is scored and judged on: pycocotools iouTypes and the metric names stages, gates and report share.
+
+Light on purpose (no model code): the gates and the report read it; `qgate.tasks` builds the decode on it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One accuracy metric family: its pycocotools iouType, the prefix of its keys and what people call it."""
+
+    iou_type: str
+    prefix: str
+    label: str
+
+    def key(self, base: str = "map50_95") -> str:
+        """The metrics files' key of `base` for this family (`map50_95`, `mask_map50_95_drop`, ...)."""
+        return f"{self.prefix}{base}"
+
+    def title(self, base: str = "mAP50-95") -> str:
+        """`base` as people read it: 'mAP50-95' for boxes, 'mask mAP50-95' for masks."""
+        return f"{self.label} {base}" if self.prefix else base
+
+
+BOX = Scored("bbox", "", "box")
+MASK = Scored("segm", "mask_", "mask")
+
+
+@dataclass(frozen=True)
+class TaskMetrics:
+    """A task's scored families, boxes first; the last is the task's own metric, the one it is judged on first."""
+
+    name: str
+    scored: tuple[Scored, ...]
+
+    @property
+    def primary(self) -> Scored:
+        """The family the task exists for (masks of a segment model)."""
+        return self.scored[-1]
+
+
+TASK_METRICS = {task.name: task for task in (TaskMetrics("detect", (BOX,)), TaskMetrics("segment", (BOX, MASK)))}
+
+
+def recorded(record_path: str | Path) -> TaskMetrics:
+    """The metrics of the task the export record names; detection when there is no readable record yet.
+
+    A missing record is not an error here: the gates it would feed then fail on their missing metrics.
+    """
+    try:
+        name = json.loads(Path(record_path).read_text()).get("task", "detect")
+    except (OSError, ValueError, AttributeError):
+        name = "detect"
+    return TASK_METRICS.get(name, TASK_METRICS["detect"])
