@@ -129,7 +129,7 @@ class DetectionError:
         test = tuple(np.where(np.isfinite(t), t, 0.0) for t in (t.astype(np.float64) for t in test))
         for reference, candidate in ((ref, test), (test, ref)):
             mask = self.task.confident(reference, self.conf)
-            self.total += self.task.detection_error(candidate, reference, mask)
+            self.total += self.task.box_error(candidate, reference, mask)
             self.count += int(mask.sum())
 
     @property

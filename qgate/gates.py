@@ -13,7 +13,7 @@ from typing import Any, Callable
 from qgate.cpu import describe
 from qgate.io import sha256_file
 from qgate.params import Params
-from qgate.task_metrics import BOX, Scored, recorded
+from qgate.task_metrics import Scored, recorded
 from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, decide, samples_to_resolve
 
 # The DVC stages whose outputs the gates read (the Makefile's GATED_STAGES, checked by tests/test_setup.py):
@@ -164,7 +164,7 @@ def gates(params: Params) -> list[Gate]:
              _reader(_map_drop_rel, own), f"{own.title()} drop / FP32 {own.title()}"),
         Gate(f"accuracy_int8_{own.key()}_floor", f"int8 {own.key()}", g.min_int8_map50_95, ">=",
              _reader(_map_floor, own), f"INT8 {own.title()}"),
-        Gate("accuracy_per_class_drop" if own is BOX else f"accuracy_per_class_{own.label}_drop",
+        Gate("accuracy_per_class_drop" if own.is_box else f"accuracy_per_class_{own.label}_drop",
              f"worst class {own.key()} drop", g.max_class_map50_95_drop, "<=", _reader(_class_drop, own),
              f"worst class's {own.title()} drop"),
         Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, "<=", _latency, "INT8 median latency, ms"),
@@ -261,7 +261,7 @@ AUTOFIX_STOPS = {  # why autofix's search ended short of its target, and what wo
 def _autofix_hint(m: Metrics) -> str:
     """autofix's suggestion (the ignored scope to paste and the mAP it reached), or why there is none."""
     cfg, own = m.params.autofix, recorded(m.params.export.record).primary
-    aim = "" if own is BOX else f" (on {own.title()}, the task's own metric)"  # a box gate's hint must say so
+    aim = "" if own.is_box else f" (on {own.title()}, the task's own metric)"  # a box gate's hint must say so
     try:
         if not m.value(cfg.metrics, "needed"):
             return (f". autofix found the drop within autofix.target_drop {cfg.target_drop}{aim} and suggests "

@@ -17,17 +17,23 @@ class Scored:
     iou_type: str
     prefix: str
     label: str
+    named: bool = True  # say the label in titles: boxes are plain "mAP50-95" where they are all a task scores
+
+    @property
+    def is_box(self) -> bool:
+        """Boxes: the keys without a prefix, which carry the interval level and resample count."""
+        return not self.prefix
 
     def key(self, base: str = "map50_95") -> str:
         """The metrics files' key of `base` for this family (`map50_95`, `mask_map50_95_drop`, ...)."""
         return f"{self.prefix}{base}"
 
     def title(self, base: str = "mAP50-95") -> str:
-        """`base` as people read it: 'mAP50-95' for boxes, 'mask mAP50-95' for masks."""
-        return f"{self.label} {base}" if self.prefix else base
+        """`base` as people read it: 'mask mAP50-95', 'box mAP50-95' beside masks, plain 'mAP50-95' for a detector."""
+        return f"{self.label} {base}" if self.named else base
 
 
-BOX = Scored("bbox", "", "box")
+BOX = Scored("bbox", "", "box", named=False)  # a detector's only family
 MASK = Scored("segm", "mask_", "mask")
 
 
@@ -44,7 +50,8 @@ class TaskMetrics:
         return self.scored[-1]
 
 
-TASK_METRICS = {task.name: task for task in (TaskMetrics("detect", (BOX,)), TaskMetrics("segment", (BOX, MASK)))}
+TASK_METRICS = {task.name: task for task in (TaskMetrics("detect", (BOX,)),
+                                             TaskMetrics("segment", (Scored("bbox", "", "box"), MASK)))}
 
 
 def recorded(record_path: str | Path) -> TaskMetrics:

@@ -64,7 +64,12 @@ class Detect:
         return self.head.confident(outputs[0], conf)
 
     def detection_error(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> float:
-        """The head's error of `candidate` against `reference` on the reference's confident anchors or rows."""
+        """The error of `candidate` against `reference` on the reference's confident anchors or rows (sensitivity)."""
+        return self.box_error(candidate, reference, mask)
+
+    def box_error(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> float:
+        """The boxes' and scores' share of `detection_error`, whatever else a task adds: what the drift gate's
+        limit (`gates.max_detection_error`) was calibrated on."""
         return self.head.detection_error(candidate[0], reference[0], mask)
 
     def match(self, reference: list[dict], candidate: list[dict], iou: float) -> list[float]:
@@ -127,7 +132,7 @@ class Segment(Detect):
         ref_masks = grid_masks(ref_coefficients[~missing], reference[1], boxes[~missing], self.imgsz)
         cand_masks = grid_masks(cand_coefficients[~missing], candidate[1], boxes[~missing], self.imgsz)
         mask_error = float(np.sum(1 - paired_mask_iou(ref_masks, cand_masks))) + int(missing.sum())
-        return super().detection_error(candidate, reference, mask) + mask_error
+        return self.box_error(candidate, reference, mask) + mask_error
 
     def match(self, reference: list[dict], candidate: list[dict], iou: float) -> list[float]:
         """Greedy same-class one-to-one matching by mask IoU: a group that breaks masks but not boxes shows."""

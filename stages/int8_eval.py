@@ -102,7 +102,7 @@ def interval_metrics(paired: PairedDrop, family: Scored = BOX) -> dict:
         f"baseline_{key('map50_95')}_ci_low": round(paired.fp32_map50_95.low, 5),
         f"baseline_{key('map50_95')}_ci_high": round(paired.fp32_map50_95.high, 5),
         key("map50_95_drop_resolution"): round(drop.half_width, 5),
-        **({"ci_level": drop.level, "bootstrap_samples": paired.samples} if family is BOX else {}),
+        **({"ci_level": drop.level, "bootstrap_samples": paired.samples} if family.is_box else {}),
     }
 
 
