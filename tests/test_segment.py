@@ -117,4 +117,5 @@ def test_masks_match_pycocotools_on_ultralytics_own_predictions(seg_gated, ultra
         print(f"{family.title()}: qgate {ours.value(family.key()):.4f}, pycocotools on Ultralytics' predictions "
               f"{pycocotools:.4f}, Ultralytics printed {printed:.4f} ({PARITY_IMAGES} images)")
         assert ours.value(family.key()) == pytest.approx(pycocotools, abs=0.005)
-        assert ours.value(family.key()) == pytest.approx(printed, abs=0.01)
+        # Ultralytics' own matcher: 0.009 off on these 32 images, 0.0002 (masks) and 0.004 (boxes) on all 128
+        assert ours.value(family.key()) == pytest.approx(printed, abs=0.02)
