@@ -9,6 +9,7 @@ from pathlib import Path
 import openvino as ov
 
 from qgate.cli import run_stage
+from qgate.errors import QgateError
 from qgate.heads import decode_ops, output_layout
 from qgate.io import atomic_dir, sha256_file, write_json
 from qgate.params import Params
@@ -31,7 +32,7 @@ def main(params: Params) -> dict:
                  params.export.opset, params.model.imgsz)
         onnx_path = _export_onnx(model, params, staging)
         log.info("[2/2] export: ONNX -> FP32 OpenVINO IR")
-        ir = ov.convert_model(onnx_path)
+        ir = _convert(onnx_path, params)
         task = TASKS[model.task]
         fields = task.export_fields(ir)
         layout = output_layout(ir, len(model.names), params.model.weights, task.extra_columns(fields))
@@ -56,6 +57,19 @@ def _export_onnx(model, params: Params, staging: Path) -> Path:
     Path(exported).rename(onnx_path)
     source.unlink()
     return onnx_path
+
+
+def _convert(onnx_path: Path, params: Params) -> ov.Model:
+    """The ONNX as an ov.Model; a one-line error when OpenVINO's ONNX frontend refuses the graph."""
+    try:
+        return ov.convert_model(onnx_path)
+    except RuntimeError as exc:
+        reason = next((line.strip() for line in str(exc).splitlines() if "Shapes" in line or "not" in line),
+                      str(exc).splitlines()[0])
+        fix = ("set export.end2end: false (OpenVINO cannot convert this NMS-free head's top-K, e.g. YOLO26-seg's "
+               "masks)" if params.export.end2end else "this model's export does not convert; report its model yaml")
+        raise QgateError(f"{params.model.weights}: OpenVINO {ov.get_version().split('-')[0]} cannot convert the "
+                         f"exported ONNX ({reason[:160]}); {fix}") from None
 
 
 def _record(params: Params, names: dict, ir: ov.Model, folder: Path) -> dict:

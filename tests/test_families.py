@@ -1,4 +1,5 @@
-"""Every Ultralytics detection family ultralytics 8.4 ships: a tiny untrained model goes through export ->
+"""Every Ultralytics detection family ultralytics 8.4 ships, and segment models of v8, 11 and 26: a tiny untrained
+model goes through export ->
 baseline -> quantize -> int8_eval -> divergence -> sensitivity with the default params (and, where every group
 is scored, autofix), and its graph surgery is exact (every quantizer group in float computes the FP32 output)."""
 
@@ -26,9 +27,9 @@ STAGES = ("export", "baseline", "quantize", "int8_eval", "divergence", "sensitiv
 
 
 def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[str] = DEMO_CLASSES,
-                  builder: str = "YOLO") -> Path:
-    """An untrained detector built from one of Ultralytics' model yamls by `builder` (YOLO or RTDETR), with the
-    demo's class names."""
+                  builder: str = "YOLO", task: str = "detect") -> Path:
+    """An untrained model of `task` built from one of Ultralytics' model yamls by `builder` (YOLO or RTDETR),
+    with the demo's class names."""
     offline.ultralytics_settings_off()
     import torch
     import ultralytics
@@ -42,7 +43,7 @@ def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[st
     (folder / f"{stem}.yaml").write_text(yaml.safe_dump(cfg))
     torch.manual_seed(seed)
     path = str(folder / f"{stem}.yaml")
-    model = ultralytics.YOLO(path, task="detect") if builder == "YOLO" else getattr(ultralytics, builder)(path)
+    model = ultralytics.YOLO(path, task=task) if builder == "YOLO" else getattr(ultralytics, builder)(path)
     model.model.names = dict(enumerate(classes))
     model.save(str(folder / "tiny.pt"))
     return folder / "tiny.pt"
@@ -51,8 +52,9 @@ def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[st
 @pytest.mark.model
 @pytest.mark.parametrize("family", [pytest.param(f, id=f["name"]) for f in FAMILIES if f.get("supported", True)])
 def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
-    weights = tiny_detector(tmp_path / "model", family["yaml"])
-    dataset = make_dataset(tmp_path / "data", images=4)
+    task = family.get("task", "detect")
+    weights = tiny_detector(tmp_path / "model", family["yaml"], task=task)
+    dataset = make_dataset(tmp_path / "data", images=4)  # box labels: a segment model's masks are their rectangles
     # an untrained model is confident nowhere: with `rank`, every anchor counts, so every group is scored
     write_params(tmp_path, weights, dataset, imgsz=family.get("imgsz", 128), sensitivity__images=2,
                  sensitivity__conf=0.0 if family.get("rank") else 0.25, export__end2end=family.get("end2end", False),
@@ -61,7 +63,9 @@ def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
         result = stage(name, tmp_path)
         assert result.returncode == 0, f"{family['name']} {name}: {error_line(result)}\n{result.stderr[-2000:]}"
     record = json.loads((tmp_path / "metrics/export_record.json").read_text())
-    assert record["head_layout"] == family["layout"]
+    assert record["head_layout"] == family["layout"] and record["task"] == task
+    int8 = json.loads((tmp_path / "metrics/int8.json").read_text())
+    assert ("mask_map50_95_drop_ci_high" in int8) == (task == "segment")
     quantize = json.loads((tmp_path / "metrics/quantize.json").read_text())
     assert quantize["fake_quantize_count"] > 0 and quantize["ops_float_by_decode_rule"] > 0
     with open(tmp_path / "reports/precision_table.csv") as handle:
@@ -110,9 +114,11 @@ def _every_group_float_is_fp32(project: Path, imgsz: int) -> None:
 @pytest.mark.model
 @pytest.mark.parametrize("family", [pytest.param(f, id=f["name"]) for f in FAMILIES if not f.get("supported", True)])
 def test_unsupported_family_is_a_clear_error(tmp_path, family):
-    weights = tiny_detector(tmp_path / "model", family["yaml"], builder="RTDETR")
-    write_params(tmp_path, weights, make_dataset(tmp_path / "data", images=1))
+    weights = tiny_detector(tmp_path / "model", family["yaml"], builder=family.get("builder", "YOLO"),
+                            task=family.get("task", "detect"))
+    write_params(tmp_path, weights, make_dataset(tmp_path / "data", images=1),
+                 export__end2end=family.get("end2end", False))
     result = stage("export", tmp_path)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "not supported yet" in error_line(result) and "tiny.pt" in error_line(result)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert family["error"] in error_line(result) and "tiny.pt" in error_line(result)
     assert not (tmp_path / "metrics/export_record.json").exists()
