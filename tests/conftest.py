@@ -77,6 +77,19 @@ def working_tree_copy(dest: Path) -> Path:
     return dest
 
 
+def gate_own_model(dest: Path, recipe: dict) -> tuple[Path, subprocess.CompletedProcess]:
+    """A working-tree copy in `dest` with `recipe` ({section: {key: value}}) applied to params.yaml, after
+    `make gate` (the README's own-model recipe, end to end)."""
+    checkout = working_tree_copy(dest)
+    params = yaml.safe_load((checkout / "params.yaml").read_text())
+    for section, values in recipe.items():
+        params.setdefault(section, {}).update(values)
+    (checkout / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    done = subprocess.run(["make", "gate"], cwd=checkout, capture_output=True, text=True, timeout=3600)
+    print(done.stdout[-4000:])
+    return checkout, done
+
+
 @pytest.fixture(scope="session")
 def demo_checkout(tmp_path_factory) -> Path:
     """A copy of the checkout after the real `dvc repro` of the demo pipeline (trains the demo model)."""

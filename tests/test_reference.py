@@ -15,8 +15,8 @@ import yaml
 
 from qgate.dataset import coco_ground_truth, load_dataset, split_images, ultralytics_yaml
 from qgate.cocoeval import coco_map
-from tests.conftest import (BACKBONE_FAULT, ROOT, divergence_and_ranking, failed_in_table, plant_range_fault,
-                            working_tree_copy)
+from tests.conftest import (BACKBONE_FAULT, ROOT, divergence_and_ranking, failed_in_table, gate_own_model,
+                            plant_range_fault)
 
 REFERENCE_FP32_MAP50_95 = 0.4697  # qgate's evaluator, static 640 (the issue's reference number)
 
@@ -42,14 +42,7 @@ OWN_MODEL = {  # the README's "Judge your own detector" recipe, pointed at the r
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """A copy of the checkout with the recipe applied, after `make gate`."""
-    checkout = working_tree_copy(tmp_path_factory.mktemp("reference_checkout"))
-    params = yaml.safe_load((checkout / "params.yaml").read_text())
-    for section, values in OWN_MODEL.items():
-        params.setdefault(section, {}).update(values)
-    (checkout / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    done = subprocess.run(["make", "gate"], cwd=checkout, capture_output=True, text=True, timeout=3600)
-    print(done.stdout[-4000:])
-    return checkout, done
+    return gate_own_model(tmp_path_factory.mktemp("reference_checkout"), OWN_MODEL)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from qgate.cocoeval import coco_map
 from qgate.dataset import load_dataset, split_images, ultralytics_yaml
 from qgate.evaluator import evaluate
 from qgate.tasks import task_for
-from tests.conftest import failed_in_table, table_results, working_tree_copy
+from tests.conftest import failed_in_table, gate_own_model, table_results
 from tests.test_reference import REFERENCE
 
 pytestmark = [
@@ -43,14 +43,7 @@ PARITY_IMAGES = 32  # Ultralytics' save_json mask steps cost ~0.45 s an image at
 @pytest.fixture(scope="module")
 def seg_gated(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """A copy of the checkout with the recipe applied to the segmentation reference, after `make gate`."""
-    checkout = working_tree_copy(tmp_path_factory.mktemp("segment_checkout"))
-    params = yaml.safe_load((checkout / "params.yaml").read_text())
-    for section, values in SEGMENT_MODEL.items():
-        params.setdefault(section, {}).update(values)
-    (checkout / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    done = subprocess.run(["make", "gate"], cwd=checkout, capture_output=True, text=True, timeout=3600)
-    print(done.stdout[-4000:])
-    return checkout, done
+    return gate_own_model(tmp_path_factory.mktemp("segment_checkout"), SEGMENT_MODEL)
 
 
 def test_make_gate_judges_a_segment_model_on_masks_and_boxes(seg_gated):
