@@ -125,7 +125,7 @@ class Segment(Detect):
         """The head's box and score error plus, per confident reference detection, 1 - IoU of the two masks
         (on the prototype grid, cropped to the reference box): a group that breaks masks but not boxes shows.
 
-        A detection `candidate` has no counterpart for costs the whole mask (1).
+        A reference detection without a same-class counterpart in `candidate` costs the whole mask (1).
         """
         boxes, ref_coefficients, cand_coefficients = self.head.paired_extras(candidate[0], reference[0], mask)
         missing = np.isnan(cand_coefficients).any(1)
