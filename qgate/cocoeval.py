@@ -31,8 +31,8 @@ def coco_map(ground_truth: dict, detections: list[dict], iou_type: str = "bbox")
 def matched(ground_truth: dict, detections: list[dict], iou_type: str = "bbox"):
     """pycocotools' COCOeval after `evaluate` (detections matched to ground truth per image and class).
 
-    Only the 'all' area range at 100 detections: what summarize() reports as AP and AP50; the
-    small/medium/large and 1/10-detection breakdowns would cost 10x the time.
+    Only the 'all' area range at 100 detections (20 for keypoints, COCO's rule): what summarize() reports as
+    AP and AP50; the small/medium/large and 1/10-detection breakdowns would cost 10x the time.
     """
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
@@ -43,7 +43,9 @@ def matched(ground_truth: dict, detections: list[dict], iou_type: str = "bbox"):
         gt.createIndex()
         evaluator = COCOeval(gt, gt.loadRes(detections), iou_type)
         evaluator.params.areaRng, evaluator.params.areaRngLbl = [[0, 1e10]], ["all"]
-        evaluator.params.maxDets = [100]
+        evaluator.params.maxDets = [20] if iou_type == "keypoints" else [100]  # COCO's keypoint rule: 20 a image
+        if "kpt_oks_sigmas" in ground_truth:  # the pose's own keypoints (pycocotools defaults to COCO's 17)
+            evaluator.params.kpt_oks_sigmas = np.array(ground_truth["kpt_oks_sigmas"])
         evaluator.evaluate()
     return evaluator
 

@@ -121,6 +121,36 @@ def read_segments(path: Path, num_classes: int) -> list[tuple[int, np.ndarray]]:
     return list(instances.values())
 
 
+def read_keypoints(path: Path, num_classes: int, kpt_shape: tuple[int, int]) -> list[tuple[int, np.ndarray,
+                                                                                            np.ndarray]]:
+    """(class, box cx cy w h, keypoints [k, 3] x y v) per instance, normalized; v 0 = unlabelled.
+
+    A pose label line is `class cx cy w h` then k x (x y) or k x (x y v); without v a keypoint is labelled
+    unless its x or y is negative (Ultralytics' rule), duplicate lines dropped.
+    """
+    count, dims = kpt_shape
+    instances = {}
+    if not path.exists():
+        return []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        values = _numbers(path, number, line)
+        if len(values) != 5 + count * dims:
+            raise QgateError(f"{path}:{number}: expected 'class cx cy w h' and {count} keypoints of {dims} values "
+                             f"(kpt_shape {list(kpt_shape)}); got {len(values)} values; fix that label line")
+        _check_class(path, number, values[0], num_classes)
+        points = np.array(values[5:]).reshape(count, dims)
+        if dims == 2:
+            points = np.c_[points, 2.0 * (points >= 0).all(1)]
+        box = np.array(values[1:5])
+        if box.min() < -COORD_TOLERANCE or max(box.max(), points[:, :2].max()) > 1 + COORD_TOLERANCE:
+            raise QgateError(f"{path}:{number}: box and keypoint coordinates must be normalized to [0, 1]; "
+                             "fix that label line")
+        instances.setdefault(tuple(values), (int(values[0]), np.array(values[1:5]), points))
+    return list(instances.values())
+
+
 def _label_values(path: Path, num_classes: int) -> list[list[float]]:
     """The validated numbers of every non-empty line of a label file (none when the file is missing)."""
     if not path.exists():
@@ -137,18 +167,25 @@ def _box_row(values: list[float]) -> list[float]:
     return [values[0], (xs.min() + xs.max()) / 2, (ys.min() + ys.max()) / 2, xs.max() - xs.min(), ys.max() - ys.min()]
 
 
+def _numbers(path: Path, number: int, line: str) -> list[float]:
+    try:
+        return [float(v) for v in line.split()]
+    except ValueError as exc:
+        raise QgateError(f"{path}:{number}: not numbers ({line.strip()!r}); fix or delete that label line") from exc
+
+
+def _check_class(path: Path, number: int, cls: float, num_classes: int) -> None:
+    if cls != int(cls) or not 0 <= cls < num_classes:
+        raise QgateError(f"{path}:{number}: class id {cls:g} is outside 0..{num_classes - 1}; "
+                         "fix the label or the dataset's 'names'")
+
+
 def _parse_label_line(path: Path, number: int, line: str, num_classes: int) -> list[float]:
     where = f"{path}:{number}"
-    try:
-        values = [float(v) for v in line.split()]
-    except ValueError as exc:
-        raise QgateError(f"{where}: not numbers ({line.strip()!r}); fix or delete that label line") from exc
+    values = _numbers(path, number, line)
     if len(values) < 5 or (len(values) > 5 and len(values) % 2 == 0):
         raise QgateError(f"{where}: expected 'class cx cy w h' or a polygon; fix that label line")
-    cls = values[0]
-    if cls != int(cls) or not 0 <= cls < num_classes:
-        raise QgateError(f"{where}: class id {values[0]:g} is outside 0..{num_classes - 1}; "
-                         "fix the label or the dataset's 'names'")
+    _check_class(path, number, values[0], num_classes)
     coords = np.array(values[1:])
     if coords.min() < -COORD_TOLERANCE or coords.max() > 1 + COORD_TOLERANCE:
         raise QgateError(f"{where}: coordinates must be normalized to [0, 1]; got {line.strip()!r}")
@@ -189,6 +226,27 @@ def coco_segment_truth(images: list[Path], shapes: list[tuple[int, int]], names:
                                 "segmentation": [xy.ravel().tolist()]})
     categories = [{"id": i + 1, "name": name} for i, name in enumerate(names)]
     return {"images": gt_images, "annotations": annotations, "categories": categories}
+
+
+def coco_keypoint_truth(images: list[Path], shapes: list[tuple[int, int]], names: tuple[str, ...],
+                        kpt_shape: tuple[int, int], kpt_sigmas: np.ndarray, area_share: float) -> dict:
+    """COCO person-keypoint style instances (pixels; v 2 = labelled, 0 = not), with the OKS sigmas to score by.
+
+    The area OKS scales distances by is the box's times `area_share`: pose labels carry no segment area.
+    """
+    gt_images, annotations = [], []
+    for image_id, (image, (height, width)) in enumerate(zip(images, shapes)):
+        gt_images.append({"id": image_id, "file_name": image.name, "height": height, "width": width})
+        for cls, (cx, cy, w, h), points in read_keypoints(label_path(image), len(names), kpt_shape):
+            box = [(cx - w / 2) * width, (cy - h / 2) * height, w * width, h * height]
+            labelled = points[:, 2] > 0
+            triplets = np.c_[points[:, 0] * width, points[:, 1] * height, 2.0 * labelled] * labelled[:, None]
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": cls + 1,
+                                "bbox": box, "area": box[2] * box[3] * area_share, "iscrowd": 0,
+                                "keypoints": triplets.ravel().tolist(), "num_keypoints": int(labelled.sum())})
+    categories = [{"id": i + 1, "name": name} for i, name in enumerate(names)]
+    return {"images": gt_images, "annotations": annotations, "categories": categories,
+            "kpt_oks_sigmas": [float(s) for s in kpt_sigmas]}
 
 
 def _polygon_area(xy: np.ndarray) -> float:

@@ -35,6 +35,7 @@ class Scored:
 
 BOX = Scored("bbox", "", "box", named=False)  # a detector's only family
 MASK = Scored("segm", "mask_", "mask")
+KEYPOINTS = Scored("keypoints", "pose_", "keypoint")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class TaskMetrics:
 
     name: str
     scored: tuple[Scored, ...]
+    gated: bool = True  # the pipeline judges it end to end (export refuses the others)
 
     @property
     def primary(self) -> Scored:
@@ -50,8 +52,13 @@ class TaskMetrics:
         return self.scored[-1]
 
 
-TASK_METRICS = {task.name: task for task in (TaskMetrics("detect", (BOX,)),
-                                             TaskMetrics("segment", (Scored("bbox", "", "box"), MASK)))}
+TASK_METRICS = {task.name: task for task in (
+    TaskMetrics("detect", (BOX,)),
+    TaskMetrics("segment", (Scored("bbox", "", "box"), MASK)),
+    # scored and decoded (qgate.tasks.Pose), not gated yet: no pose model has been through the pipeline here
+    TaskMetrics("pose", (Scored("bbox", "", "box"), KEYPOINTS), gated=False),
+)}
+GATED_TASKS = [name for name, task in TASK_METRICS.items() if task.gated]
 
 
 def recorded(record_path: str | Path) -> TaskMetrics:

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from qgate.compare import match
-from qgate.dataset import coco_ground_truth, coco_segment_truth
+from qgate import keypoints
+from qgate.dataset import coco_ground_truth, coco_keypoint_truth, coco_segment_truth
 from qgate.errors import QgateError
 from qgate.heads import HEADS, Postprocess, RawHead
 from qgate.masks import grid_masks, instance_masks, mask_iou, paired_mask_iou, rle
@@ -44,8 +45,9 @@ class Detect:
         return cls(head_class())
 
     @classmethod
-    def export_fields(cls, model) -> dict:
-        """What the export record keeps about this task's outputs (an exported ov.Model); boxes need nothing."""
+    def export_fields(cls, model, checkpoint) -> dict:
+        """What the export record keeps about this task's outputs (from the exported ov.Model and the
+        Ultralytics checkpoint); boxes need nothing."""
         return {}
 
     @classmethod
@@ -101,7 +103,7 @@ class Segment(Detect):
         return cls(head_class(cls.extra_columns(record)), record["imgsz"])
 
     @classmethod
-    def export_fields(cls, model) -> dict:
+    def export_fields(cls, model, checkpoint) -> dict:
         """The prototypes' count and grid, from output 1 [1, c, h, w]."""
         _, count, *grid = (int(d) for d in model.outputs[1].get_shape())
         return {"mask_coefficients": count, "mask_grid": grid}
@@ -148,7 +150,75 @@ def mask_iou_of(reference: list[dict], candidate: list[dict]) -> np.ndarray:
     return mask_iou([d["segmentation"] for d in reference], [d["segmentation"] for d in candidate])
 
 
-TASKS = {task.name: task for task in (Detect, Segment)}
+class Pose(Detect):
+    """Boxes and keypoints: output 0 carries each anchor's keypoints after the class scores, already decoded
+    to input pixels (x, y and a visibility score per keypoint when `kpt_shape` has 3 values).
+
+    Keypoints are scored by pycocotools `keypoints` (OKS; COCO's sigmas for 17-keypoint COCO pose, equal ones
+    otherwise, as Ultralytics does), the object area being the box's x 0.53 (Ultralytics' rule for box labels).
+    """
+
+    name = "pose"
+    metrics = TASK_METRICS["pose"]
+
+    def __init__(self, head, kpt_shape: tuple[int, int]):
+        self.head, self.kpt_shape = head, tuple(kpt_shape)
+        self.sigmas = keypoints.sigmas(self.kpt_shape)
+
+    @classmethod
+    def from_record(cls, record: dict, head_class) -> Pose:
+        """The task with the record's head layout, carrying its keypoints, and the record's `kpt_shape`."""
+        return cls(head_class(cls.extra_columns(record)), record["kpt_shape"])
+
+    @classmethod
+    def export_fields(cls, model, checkpoint) -> dict:
+        """The keypoint shape [count, 2 or 3], from the checkpoint (the graph gives only their product)."""
+        return {"kpt_shape": [int(v) for v in checkpoint.model.kpt_shape]}
+
+    @classmethod
+    def extra_columns(cls, fields: dict) -> int:
+        """x, y (and a visibility score) per keypoint."""
+        return int(np.prod(fields["kpt_shape"]))
+
+    def _poses(self, rows: np.ndarray) -> np.ndarray:
+        return rows[:, 6:].reshape(len(rows), *self.kpt_shape)
+
+    def predictions(self, outputs: tuple, settings: Postprocess, image_id: int,
+                    letterbox: Letterbox | None = None) -> list[dict]:
+        """COCO detections with `keypoints` (x, y, score triplets): original pixels given `letterbox`."""
+        rows = self.head.detections(outputs[0], settings)
+        poses = self._poses(rows)
+        detections = to_coco(scale_to_original(rows, letterbox) if letterbox else rows, image_id)
+        for detection, pose in zip(detections, keypoints.coco_triplets(
+                keypoints.to_original(poses, letterbox) if letterbox else poses)):
+            detection["keypoints"] = pose
+        return detections
+
+    def detection_error(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> float:
+        """The head's box and score error plus, per confident reference detection, 1 - OKS of the candidate's
+        pose against the reference's (its keypoints scoring above 0.5); a missing counterpart costs 1."""
+        boxes, ref_points, cand_points = self.head.paired_extras(candidate[0], reference[0], mask)
+        missing = np.isnan(cand_points).any(1)
+        ref, cand = (self._triplets(points[~missing]) for points in (ref_points, cand_points))
+        areas = np.prod(boxes[~missing, 2:] - boxes[~missing, :2], axis=1) * keypoints.BOX_AREA_SHARE
+        oks = keypoints.paired_oks(ref, cand, areas, self.sigmas)
+        return self.box_error(candidate, reference, mask) + float(np.sum(1 - oks)) + int(missing.sum())
+
+    def _triplets(self, flat: np.ndarray) -> np.ndarray:
+        """[n, k*d] -> [n, k, 3]: a head without visibility scores counts every keypoint visible."""
+        poses = flat.reshape(len(flat), *self.kpt_shape)
+        return poses if self.kpt_shape[1] == 3 else np.concatenate([poses, np.ones((*poses.shape[:2], 1))], -1)
+
+    def match(self, reference: list[dict], candidate: list[dict], iou: float) -> list[float]:
+        """Greedy same-class one-to-one matching by OKS: a group that moves keypoints but not boxes shows."""
+        return match(reference, candidate, iou, lambda ref, cand: keypoints.pairwise_oks(ref, cand, self.sigmas))
+
+    def ground_truth(self, images: list[Path], shapes: list[tuple[int, int]], names: tuple[str, ...]) -> dict:
+        """COCO keypoint instances from the YOLO pose label files, with the sigmas OKS scores them by."""
+        return coco_keypoint_truth(images, shapes, names, self.kpt_shape, self.sigmas, keypoints.BOX_AREA_SHARE)
+
+
+TASKS = {task.name: task for task in (Detect, Segment, Pose)}
 
 
 def task_for(record: dict) -> Detect:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from qgate.errors import QgateError
-from qgate.task_metrics import TASK_METRICS
+from qgate.task_metrics import GATED_TASKS
 
 # Exports (300 queries, [1, 300, 6]) but its decoder, evaluation parity and quantization are untested here.
 UNSUPPORTED_HEADS = {"RTDETRDecoder": "RT-DETR (transformer decoder head)"}
@@ -27,8 +27,8 @@ def load_detector(weights: str | Path) -> Any:
     except Exception as exc:  # torch/pickle raise many types for a corrupt or foreign file
         raise QgateError(f"{weights}: not a readable Ultralytics checkpoint ({type(exc).__name__}); "
                          "point model.weights at a YOLO detection or segmentation .pt") from exc
-    if task not in TASK_METRICS or not names:
-        raise QgateError(f"{weights}: is a '{task}' model; qgate judges {' and '.join(TASK_METRICS)} models only "
+    if task not in GATED_TASKS or not names:
+        raise QgateError(f"{weights}: is a '{task}' model; qgate judges {' and '.join(GATED_TASKS)} models only "
                          "(pose, OBB and classification are not supported yet)")
     model.task = task
     head = type(model.model.model[-1]).__name__
