@@ -24,6 +24,14 @@ def step_columns(family: Scored) -> list[str]:
             "within_target", "kept", "images_per_second"]
 
 
+def plain_int8(int8_metrics: dict, family: Scored, within_target: int) -> dict:
+    """The plain INT8 model as a search step: its value of the task's metric, the drop and its interval."""
+    key = family.key
+    return {key(name): int8_metrics[key(name)] for name in ("map50_95", "map50", "map50_95_drop")} | {
+        "drop_ci_low": int8_metrics[key("map50_95_drop_ci_low")],
+        "drop_ci_high": int8_metrics[key("map50_95_drop_ci_high")], "within_target": within_target}
+
+
 def meets_target(params: Params, drop: float, low: float, high: float) -> bool:
     """Whether a drop meets autofix.target_drop the way the accuracy gate judges its limit (gates.confidence and
     gates.inconclusive: under `point`, autofix aims at the target by the point estimate)."""
@@ -47,11 +55,8 @@ class Search:
         self.params, self.fp32, self.int8, self.groups, self.order = params, fp32, int8, groups, order
         self.record, self.detections, self.executor = record, detections, executor
         self.val = val_images(params, record)  # read and validated once, not per evaluation
-        self.family = family = task_for(record).metrics.primary
-        self.start = {family.key(name): int8_metrics[family.key(name)]
-                      for name in ("map50_95", "map50", "map50_95_drop")} | {
-            "drop_ci_low": int8_metrics[family.key("map50_95_drop_ci_low")],
-            "drop_ci_high": int8_metrics[family.key("map50_95_drop_ci_high")], "within_target": 0}
+        self.family = task_for(record).metrics.primary
+        self.start = plain_int8(int8_metrics, self.family, within_target=0)
         self.steps: list[dict] = []
         self.scorer: PairedScorer | None = None  # built on the first evaluation, which brings the ground truth
         self.fp32_scores = self.current_scores = None

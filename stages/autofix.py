@@ -11,7 +11,7 @@ from pathlib import Path
 import openvino as ov
 import yaml
 
-from qgate.autofix_search import Search, meets_target, step_columns
+from qgate.autofix_search import Search, meets_target, plain_int8, step_columns
 from qgate.cli import run_stage
 from qgate.backends import open_executor
 from qgate.errors import QgateError
@@ -44,8 +44,7 @@ def main(params: Params) -> dict:
                  "to fix", cfg.target_drop, *drop)
         _save_copy(int8_path.parent, Path(cfg.out_dir))
         steps, names = [], []
-        best = {key(name): int8_metrics[key(name)] for name in ("map50_95", "map50", "map50_95_drop")} | {
-            "drop_ci_low": drop[1], "drop_ci_high": drop[2], "within_target": 1}
+        best = plain_int8(int8_metrics, family, within_target=1)
     else:
         order = ranking(params)
         core = ov.Core()

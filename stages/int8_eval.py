@@ -49,13 +49,11 @@ def main(params: Params) -> dict:
         "images_changed": sum(c["disagreement"] > 0 for c in cases),
         "mean_disagreement": round(sum(c["disagreement"] for c in cases) / max(len(cases), 1), 5),
         **interval_metrics(accuracy[box]),
-        **{key: value for family in own
-           for key, value in (drop_metrics(family, baseline, result) | interval_metrics(accuracy[family],
-                                                                                        family)).items()},
-        "inference_precision": result.precision,
-        "model_sha256": record["model_sha256"],
-        "int8_ir_bin_sha256": int8_ir_sha256(params),
     }
+    for family in own:  # masks of a segment model: the same keys, prefixed
+        metrics |= drop_metrics(family, baseline, result) | interval_metrics(accuracy[family], family)
+    metrics |= {"inference_precision": result.precision, "model_sha256": record["model_sha256"],
+                "int8_ir_bin_sha256": int8_ir_sha256(params)}
     write_json(cfg.detections, result.detections)
     write_json(cfg.per_class, result.per_class)
     write_csv(cfg.bad_cases, cases, BAD_CASE_COLUMNS)
