@@ -31,10 +31,17 @@ def to_original(keypoints: np.ndarray, letterbox) -> np.ndarray:
     return scaled
 
 
+def with_scores(keypoints: np.ndarray) -> np.ndarray:
+    """[n, k, d] -> [n, k, 3]: x, y and the keypoint's score; a head without scores counts every keypoint seen."""
+    if keypoints.shape[-1] == 3:
+        return keypoints
+    return np.concatenate([keypoints, np.ones((*keypoints.shape[:2], 1), keypoints.dtype)], axis=-1)
+
+
 def coco_triplets(keypoints: np.ndarray) -> list[list[float]]:
-    """[n, k, d] -> COCO's flat [x, y, v, ...] per pose; v is the keypoint's score, 1 where the head has none."""
-    scores = keypoints[..., 2] if keypoints.shape[-1] == 3 else np.ones(keypoints.shape[:2])
-    flat = np.stack([keypoints[..., 0].round(3), keypoints[..., 1].round(3), scores.round(5)], axis=-1)
+    """[n, k, d] -> COCO's flat [x, y, v, ...] per pose; v is the keypoint's score (`with_scores`)."""
+    triplets = with_scores(keypoints)
+    flat = np.stack([triplets[..., 0].round(3), triplets[..., 1].round(3), triplets[..., 2].round(5)], axis=-1)
     return [pose.ravel().tolist() for pose in flat]
 
 

@@ -69,6 +69,13 @@ class Detect:
         """The error of `candidate` against `reference` on the reference's confident anchors or rows (sensitivity)."""
         return self.box_error(candidate, reference, mask)
 
+    def _counterparts(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> tuple:
+        """The reference's confident boxes and extra values that have a same-class counterpart in `candidate`,
+        the counterparts' extra values, and how many have none."""
+        boxes, ref, cand = self.head.paired_extras(candidate[0], reference[0], mask)
+        found = ~np.isnan(cand).any(1)
+        return boxes[found], ref[found], cand[found], int((~found).sum())
+
     def box_error(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> float:
         """The boxes' and scores' share of `detection_error`, whatever else a task adds: what the drift gate's
         limit (`gates.max_detection_error`) was calibrated on."""
@@ -129,12 +136,11 @@ class Segment(Detect):
 
         A reference detection without a same-class counterpart in `candidate` costs the whole mask (1).
         """
-        boxes, ref_coefficients, cand_coefficients = self.head.paired_extras(candidate[0], reference[0], mask)
-        missing = np.isnan(cand_coefficients).any(1)
-        ref_masks = grid_masks(ref_coefficients[~missing], reference[1], boxes[~missing], self.imgsz)
-        cand_masks = grid_masks(cand_coefficients[~missing], candidate[1], boxes[~missing], self.imgsz)
-        mask_error = float(np.sum(1 - paired_mask_iou(ref_masks, cand_masks))) + int(missing.sum())
-        return self.box_error(candidate, reference, mask) + mask_error
+        boxes, ref_coefficients, cand_coefficients, missing = self._counterparts(candidate, reference, mask)
+        ref_masks = grid_masks(ref_coefficients, reference[1], boxes, self.imgsz)
+        cand_masks = grid_masks(cand_coefficients, candidate[1], boxes, self.imgsz)
+        return (self.box_error(candidate, reference, mask) + float(np.sum(1 - paired_mask_iou(ref_masks, cand_masks)))
+                + missing)
 
     def match(self, reference: list[dict], candidate: list[dict], iou: float) -> list[float]:
         """Greedy same-class one-to-one matching by mask IoU: a group that breaks masks but not boxes shows."""
@@ -197,17 +203,12 @@ class Pose(Detect):
     def detection_error(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> float:
         """The head's box and score error plus, per confident reference detection, 1 - OKS of the candidate's
         pose against the reference's (its keypoints scoring above 0.5); a missing counterpart costs 1."""
-        boxes, ref_points, cand_points = self.head.paired_extras(candidate[0], reference[0], mask)
-        missing = np.isnan(cand_points).any(1)
-        ref, cand = (self._triplets(points[~missing]) for points in (ref_points, cand_points))
-        areas = np.prod(boxes[~missing, 2:] - boxes[~missing, :2], axis=1) * keypoints.BOX_AREA_SHARE
+        boxes, ref_points, cand_points, missing = self._counterparts(candidate, reference, mask)
+        ref, cand = (keypoints.with_scores(points.reshape(len(points), *self.kpt_shape))
+                     for points in (ref_points, cand_points))
+        areas = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1) * keypoints.BOX_AREA_SHARE
         oks = keypoints.paired_oks(ref, cand, areas, self.sigmas)
-        return self.box_error(candidate, reference, mask) + float(np.sum(1 - oks)) + int(missing.sum())
-
-    def _triplets(self, flat: np.ndarray) -> np.ndarray:
-        """[n, k*d] -> [n, k, 3]: a head without visibility scores counts every keypoint visible."""
-        poses = flat.reshape(len(flat), *self.kpt_shape)
-        return poses if self.kpt_shape[1] == 3 else np.concatenate([poses, np.ones((*poses.shape[:2], 1))], -1)
+        return self.box_error(candidate, reference, mask) + float(np.sum(1 - oks)) + missing
 
     def match(self, reference: list[dict], candidate: list[dict], iou: float) -> list[float]:
         """Greedy same-class one-to-one matching by OKS: a group that moves keypoints but not boxes shows."""
