@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from qgate.dataset import Dataset, load_dataset, split_images, validate_labels
+from qgate.dataset import Dataset, load_dataset
 from qgate.errors import QgateError
 from qgate.io import read_json, sha256_file
 from qgate.params import Params
@@ -80,11 +80,3 @@ def model_dataset(params: Params, record: dict) -> Dataset:
         raise QgateError(f"{dataset.yaml_path}: {len(dataset.names)} class names differ from the model's "
                          f"{record['num_classes']}; use the dataset the model was trained on")
     return dataset
-
-
-def val_images(params: Params, record: dict) -> tuple[list[Path], tuple[str, ...]]:
-    """The images every model is scored on (the baseline's split, labels checked) and the class names."""
-    dataset = model_dataset(params, record)
-    images = split_images(dataset, params.baseline.split)
-    validate_labels(images, len(dataset.names))
-    return images, dataset.names

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from qgate.artifacts import val_images
 from qgate.intervals import PairedScorer, difference
 from qgate.mixed import ignored_names, revert
 from qgate.params import Params
-from qgate.pipeline import evaluate_ir
+from qgate.pipeline import evaluate_ir, val_images
 from qgate.task_metrics import Scored
 from qgate.tasks import task_for
 from qgate.verdicts import decide

@@ -254,15 +254,6 @@ def _polygon_area(xy: np.ndarray) -> float:
     return float(abs(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))) / 2)
 
 
-def validate_labels(images: list[Path], num_classes: int) -> int:
-    """Parse every label of `images` (raising on the first bad line); warn on orphan label files."""
-    instances = sum(len(read_labels(label_path(image), num_classes)) for image in images)
-    orphans = orphan_labels(images)
-    if orphans:
-        log.warning("%d label file(s) have no image and are ignored, e.g. %s", len(orphans), orphans[0])
-    return instances
-
-
 def ultralytics_yaml(dataset: Dataset, dest: Path) -> Path:
     """Write a copy of the dataset yaml with an absolute `path`, which Ultralytics needs."""
     spec = yaml.safe_load(dataset.yaml_path.read_text())

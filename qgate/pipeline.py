@@ -5,13 +5,28 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from qgate.artifacts import val_images
+from qgate.artifacts import model_dataset
+from qgate.dataset import label_path, orphan_labels, split_images
 from qgate.evaluator import Evaluation, evaluate
 from qgate.heads import Postprocess
 from qgate.params import Params
 from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
+
+
+def val_images(params: Params, record: dict) -> tuple[list[Path], tuple[str, ...]]:
+    """The images every model is scored on (the baseline's split, labels checked for the model's task) and the
+    class names."""
+    dataset = model_dataset(params, record)
+    images = split_images(dataset, params.baseline.split)
+    task = task_for(record)
+    for image in images:  # the first bad line raises, naming it
+        task.labels(label_path(image), len(dataset.names))
+    orphans = orphan_labels(images)
+    if orphans:
+        log.warning("%d label file(s) have no image and are ignored, e.g. %s", len(orphans), orphans[0])
+    return images, dataset.names
 
 
 def evaluate_ir(params: Params, model: Path | object, record: dict, executor=None,

@@ -13,7 +13,8 @@ import numpy as np
 
 from qgate.compare import match
 from qgate import keypoints
-from qgate.dataset import coco_ground_truth, coco_keypoint_truth, coco_segment_truth
+from qgate.dataset import (coco_ground_truth, coco_keypoint_truth, coco_segment_truth, read_keypoints, read_labels,
+                           read_segments)
 from qgate.errors import QgateError
 from qgate.heads import HEADS, Postprocess, RawHead
 from qgate.masks import grid_masks, instance_masks, mask_iou, paired_mask_iou, rle
@@ -89,6 +90,10 @@ class Detect:
         """COCO instances of `images` (ids 0..n-1) from their YOLO label files."""
         return coco_ground_truth(images, shapes, names)
 
+    def labels(self, path: Path, num_classes: int) -> list:
+        """The instances of one YOLO label file, validated: a bad line raises, naming it and the fix."""
+        return list(read_labels(path, num_classes))
+
 
 class Segment(Detect):
     """Boxes and instance masks: output 0 carries each anchor's mask coefficients, output 1 the prototypes.
@@ -149,6 +154,10 @@ class Segment(Detect):
     def ground_truth(self, images: list[Path], shapes: list[tuple[int, int]], names: tuple[str, ...]) -> dict:
         """COCO instances with polygons from the YOLO segment label files."""
         return coco_segment_truth(images, shapes, names)
+
+    def labels(self, path: Path, num_classes: int) -> list:
+        """The (class, polygon) instances of one YOLO segment label file, validated."""
+        return read_segments(path, num_classes)
 
 
 def mask_iou_of(reference: list[dict], candidate: list[dict]) -> np.ndarray:
@@ -217,6 +226,10 @@ class Pose(Detect):
     def ground_truth(self, images: list[Path], shapes: list[tuple[int, int]], names: tuple[str, ...]) -> dict:
         """COCO keypoint instances from the YOLO pose label files, with the sigmas OKS scores them by."""
         return coco_keypoint_truth(images, shapes, names, self.kpt_shape, self.sigmas, keypoints.BOX_AREA_SHARE)
+
+    def labels(self, path: Path, num_classes: int) -> list:
+        """The (class, box, keypoints) instances of one YOLO pose label file, validated against `kpt_shape`."""
+        return read_keypoints(path, num_classes, self.kpt_shape)
 
 
 TASKS = {task.name: task for task in (Detect, Segment, Pose)}

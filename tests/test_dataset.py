@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
 import yaml
 
-from qgate.dataset import (coco_ground_truth, label_path, load_dataset, read_labels, split_images,
-                           validate_labels)
+from qgate.dataset import coco_ground_truth, label_path, load_dataset, orphan_labels, read_labels, split_images
 from qgate.errors import QgateError
 
 
@@ -60,13 +58,11 @@ def test_coco_ground_truth_pixels(tmp_path):
     assert ann["category_id"] == 2 and ann["bbox"] == pytest.approx([25, 0, 50, 100]) and ann["iscrowd"] == 0
 
 
-def test_orphan_label_is_warned_not_loaded(tmp_path, caplog):
+def test_orphan_label_is_found_not_loaded(tmp_path):
     yaml_path = _dataset(tmp_path, {"a": "0 0.5 0.5 0.2 0.2\n"})
     (tmp_path / "labels" / "val" / "ghost.txt").write_text("0 0.5 0.5 0.1 0.1\n")
-    with caplog.at_level(logging.WARNING):
-        instances = validate_labels(split_images(load_dataset(yaml_path), "val"), 2)
-    assert instances == 1
-    assert "ghost.txt" in caplog.text
+    images = split_images(load_dataset(yaml_path), "val")
+    assert [p.name for p in orphan_labels(images)] == ["ghost.txt"] and [p.name for p in images] == ["a.jpg"]
 
 
 @pytest.mark.parametrize(
@@ -83,7 +79,7 @@ def test_orphan_label_is_warned_not_loaded(tmp_path, caplog):
 def test_bad_label_lines(tmp_path, line, expected):
     yaml_path = _dataset(tmp_path, {"a": line + "\n"})
     with pytest.raises(QgateError, match="a.txt:1") as info:
-        validate_labels(split_images(load_dataset(yaml_path), "val"), 2)
+        read_labels(label_path(split_images(load_dataset(yaml_path), "val")[0]), 2)
     assert expected in str(info.value)
 
 
