@@ -1,13 +1,14 @@
-"""One table for docs/drift-gates.md: each detection family trained on the demo data, judged by qgate's default params.
+"""One table for docs/drift-gates.md and docs/tasks.md: each family trained on the demo data of its task, judged by
+qgate's default params.
 
-For every family marked `benchmark` in tests/families.yaml: train it from scratch on the demo data with the
-`demo:` schedule (`stages.demo_train.train_on_demo_data`), then run the real stages (export to benchmark, as
-`make gate` does) in a work folder with the repository's params.yaml, only `model.weights`
-changed. Prints FP32 and INT8 mAP50-95, the drop, the speed-up and the CPU that measured it.
+For every family marked `benchmark` in tests/families.yaml: write the demo data of its task (`demo.task`: boxes,
+outlines or keypoints; `stages.demo_data`), train it from scratch with the `demo:` schedule
+(`stages.demo_train.train_on_demo_data`), then run the real stages (export to benchmark, as `make gate` does) in a
+work folder with the repository's params.yaml, only the model and data changed. Prints FP32 and INT8 of the task's
+own metric (mAP50-95 of boxes, masks or keypoints), the drop and its interval, the speed-up and the CPU.
 
-    dvc repro demo_data                      # the demo data, once
     python benchmarks/families.py            # from the project root; the `benchmark` families of tests/families.yaml
-    python benchmarks/families.py --families 11 --seconds 5
+    python benchmarks/families.py --families 11 v8-seg --seconds 5
 """
 
 from __future__ import annotations
@@ -35,25 +36,48 @@ from qgate.cpu import cpu_info, describe  # noqa: E402
 from qgate.dataset import load_dataset, ultralytics_yaml  # noqa: E402
 from qgate.gates import judge_all  # noqa: E402
 from qgate.params import load_params  # noqa: E402
-from stages.demo_train import train_on_demo_data, validate_on_demo_data  # noqa: E402
+from qgate.task_metrics import TASK_METRICS  # noqa: E402
+from stages.demo_train import ULTRALYTICS_RESULTS, train_on_demo_data, validate_on_demo_data  # noqa: E402
 
 FAMILIES = yaml.safe_load((ROOT / "tests" / "families.yaml").read_text())["families"]
 STAGES = ("export", "baseline", "quantize", "int8_eval", "divergence", "sensitivity", "autofix", "benchmark")
 
 
 def _scaled(stem: str) -> str:
-    """The scaled yaml Ultralytics builds from a family's file: yolov8.yaml -> yolov8n.yaml, yolo26 -> yolo26n."""
-    return re.sub(r"^(yolov?\d+)(?![\dnslmxtcbe-])", r"\1n", stem) + ".yaml"  # yolov10n.yaml is scaled already
+    """The scaled yaml Ultralytics builds from a family's file: yolov8.yaml -> yolov8n.yaml, yolo26 -> yolo26n,
+    yolo11-seg -> yolo11n-seg."""
+    base, task = re.fullmatch(r"(.*?)(-seg|-pose)?", stem).groups()
+    return re.sub(r"^(yolov?\d+)(?![\dnslmxtcbe-])", r"\1n", base) + (task or "") + ".yaml"  # yolov10n is scaled
 
 
-def run_family(family: dict, seconds: int, work: Path) -> dict:
-    """Train, then run the stages in `work` with the repository's params and this model; return the numbers."""
-    demo = load_params(ROOT / "params.yaml").demo
+def demo_data(task: str, work: Path) -> Path:
+    """The demo data of `task` written under `work` (its `data/demo`, as the stage writes it); `work`."""
+    work.mkdir(parents=True, exist_ok=True)
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text()) or {}
+    raw.setdefault("demo", {})["task"] = task
+    (work / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    done = subprocess.run([sys.executable, "-m", "stages.demo_data"], cwd=work, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if done.returncode:
+        raise SystemExit(f"demo_data ({task}): {done.stderr.strip().splitlines()[-1]}")
+    return work
+
+
+def run_family(family: dict, seconds: int, work: Path, data_root: Path) -> dict:
+    """Train on the demo data under `data_root`, then run the stages in `work` with the repository's params and
+    this model; return the numbers."""
+    demo = load_params(data_root / "params.yaml").demo
+    own = TASK_METRICS[demo.task].primary
     start = time.perf_counter()
-    weights = train_on_demo_data(_scaled(Path(family["yaml"]).stem), demo, work / "train")  # cwd: the checkout
-    ultralytics_map = float(validate_on_demo_data(weights, demo, work / "train").box.map)
+    os.chdir(data_root)  # the demo yaml names its folder relative to the project root
+    try:
+        weights = train_on_demo_data(_scaled(Path(family["yaml"]).stem), demo, work / "train")
+        validated = validate_on_demo_data(weights, demo, work / "train")
+    finally:
+        os.chdir(ROOT)
+    ultralytics_map = float(getattr(validated, ULTRALYTICS_RESULTS[own.iou_type]).map)
     train_seconds = time.perf_counter() - start
-    data_dir = ROOT / demo.data_dir
+    data_dir = data_root / demo.data_dir
     dataset = ultralytics_yaml(load_dataset(data_dir / "demo.yaml"), work / "demo.yaml")  # absolute path
     raw = yaml.safe_load((ROOT / "params.yaml").read_text()) or {}
     raw.setdefault("model", {}).update(weights=str(weights), dataset=str(dataset), data_dir=str(data_dir))
@@ -70,9 +94,12 @@ def run_family(family: dict, seconds: int, work: Path) -> dict:
               for name in ("baseline", "int8", "quantize", "benchmark", "export_record", "sensitivity", "autofix",
                            "divergence")}
     verdicts = judged(work)
-    return {"family": family["name"], "model": _scaled(Path(family["yaml"]).stem),
-            "ultralytics_val": ultralytics_map, "fp32": metric["baseline"]["map50_95"],
-            "int8": metric["int8"]["map50_95"], "drop": metric["int8"]["map50_95_drop"],
+    int8 = metric["int8"]
+    return {"family": family["name"], "model": _scaled(Path(family["yaml"]).stem), "metric": own.title(),
+            "ultralytics_val": ultralytics_map, "fp32": metric["baseline"][own.key()],
+            "int8": int8[own.key()], "drop": int8[own.key("map50_95_drop")],
+            "drop_ci": (int8[own.key("map50_95_drop_ci_low")], int8[own.key("map50_95_drop_ci_high")]),
+            "speedup_ci": (metric["benchmark"]["speedup_fps_ci_low"], metric["benchmark"]["speedup_fps_ci_high"]),
             "decode_ops": metric["quantize"]["ops_float_by_decode_rule"],
             "speedup": metric["benchmark"]["speedup_fps"], "int8_fps": metric["benchmark"]["int8_fps"],
             "layout": metric["export_record"]["head_layout"], "train_seconds": train_seconds,
@@ -104,22 +131,29 @@ def main() -> None:
     chosen = [f for f in FAMILIES if (f["name"] in args.families if args.families else f.get("benchmark"))]
     params = load_params(ROOT / "params.yaml")
     rows = []
-    for family in chosen:
-        with tempfile.TemporaryDirectory() as tmp:
-            rows.append(run_family(family, args.seconds, Path(tmp)))
-            print(json.dumps(rows[-1]), flush=True)
+    with tempfile.TemporaryDirectory() as data_tmp:
+        for family in chosen:
+            task = family.get("task", "detect")
+            data_root = Path(data_tmp) / task
+            if not data_root.exists():
+                demo_data(task, data_root)
+            with tempfile.TemporaryDirectory() as tmp:
+                rows.append(run_family(family, args.seconds, Path(tmp), data_root))
+                print(json.dumps(rows[-1]), flush=True)
     print(f"\nDemo data, {params.demo.epochs} epochs at imgsz {params.model.imgsz}, default params.yaml; "
           f"CPU: {describe(cpu_info())}, {os.cpu_count()} cores; benchmark_app {params.benchmark.hint}, "
           f"{params.benchmark.repeats} x {args.seconds} s, medians\n")
-    print("| family | model | head | Ultralytics val (.pt) | FP32 mAP50-95 | INT8 mAP50-95 | drop | decode ops float "
-          "| quantizer groups ranked | INT8/FP32 FPS | detection error | layers below floor | output SQNR dB "
+    print("| family | model | head | metric | Ultralytics val (.pt) | FP32 | INT8 | drop [95%] | decode ops float "
+          "| quantizer groups ranked | INT8/FP32 FPS [95%] | detection error | layers below floor | output SQNR dB "
           "| gates not passed |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         others = ", ".join(f"{gate}: {state}" for gate, state in r["gates"].items() if state != "pass") or "none"
-        print(f"| {r['family']} | {r['model']} | {r['layout']} | {r['ultralytics_val']:.4f} | {r['fp32']:.4f} | "
-              f"{r['int8']:.4f} | {r['drop']:+.4f} | {r['decode_ops']} | {r['groups']} | {r['speedup']:.2f}x | "
-              f"{r['detection_error']:.4f} | {r['below_floor_frac']:.0%} | {r['output_sqnr_db']:.1f} | {others} |")
+        (low, high), (slow, shigh) = r["drop_ci"], r["speedup_ci"]
+        print(f"| {r['family']} | {r['model']} | {r['layout']} | {r['metric']} | {r['ultralytics_val']:.4f} | "
+              f"{r['fp32']:.4f} | {r['int8']:.4f} | {r['drop']:+.4f} [{low:+.4f}, {high:+.4f}] | {r['decode_ops']} | "
+              f"{r['groups']} | {r['speedup']:.2f}x [{slow:.2f}, {shigh:.2f}] | {r['detection_error']:.4f} | "
+              f"{r['below_floor_frac']:.0%} | {r['output_sqnr_db']:.1f} | {others} |")
 
 
 if __name__ == "__main__":

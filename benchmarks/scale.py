@@ -38,21 +38,21 @@ def synthetic_val(folder: Path, count: int, seed: int = 0) -> list[Path]:
     """`count` 640 px images of the demo's shapes with YOLO labels beside them (images/ and labels/)."""
     import cv2
 
-    from stages.demo_data import draw_image
+    from stages.demo_data import draw_image, label_line
 
     rng = np.random.default_rng(seed)
     (folder / "images").mkdir(parents=True)
     (folder / "labels").mkdir()
     paths = []
     for i in range(count):
-        image, labels = draw_image(rng, 4, 6)
+        image, shapes = draw_image(rng, 4, 6)
         h, w = image.shape[:2]
         scale = 640 / max(h, w)
         image = cv2.resize(image, (round(w * scale), round(h * scale)), interpolation=cv2.INTER_LINEAR)
         paths.append(folder / "images" / f"{i:05d}.jpg")
         cv2.imwrite(str(paths[-1]), image)
-        (folder / "labels" / f"{i:05d}.txt").write_text("".join(f"{c} {x:.6f} {y:.6f} {bw:.6f} {bh:.6f}\n"
-                                                               for c, x, y, bw, bh in labels))
+        (folder / "labels" / f"{i:05d}.txt").write_text("".join(label_line(shape, "detect", (h, w)) + "\n"
+                                                               for shape in shapes))
     return paths
 
 

@@ -30,6 +30,7 @@ REFERENCE = Path("docs/params.md")
 class DemoParams:
     """`demo:` the embedded synthetic dataset and the small YOLOv8n trained on it."""
 
+    task: str
     seed: int
     classes: tuple[str, ...]
     train_images: int
@@ -208,6 +209,7 @@ class GatesParams:
 
     max_map50_95_drop: float
     max_mask_map50_95_drop: float
+    max_pose_map50_95_drop: float
     max_map50_95_drop_rel: float | None
     min_int8_map50_95: float | None
     max_class_map50_95_drop: float | None

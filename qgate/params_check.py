@@ -25,6 +25,7 @@ def check_values(params: Any, path: Path) -> None:
                          ("int8_eval", "bad_case_iou")):
         if not 0.0 <= getattr(getattr(params, section), key) <= 1.0:
             raise QgateError(f"{path}: '{section}.{key}' must be within [0, 1]")
+    _one_of(path, "demo.task", params.demo.task, ("detect", "segment", "pose"))
     if not params.demo.classes:
         raise QgateError(f"{path}: 'demo.classes' must list at least one class")
     _one_of(path, "quantize.preset", params.quantize.preset, ("performance", "mixed"))

@@ -26,10 +26,10 @@ def load_detector(weights: str | Path) -> Any:
         names = model.names
     except Exception as exc:  # torch/pickle raise many types for a corrupt or foreign file
         raise QgateError(f"{weights}: not a readable Ultralytics checkpoint ({type(exc).__name__}); "
-                         "point model.weights at a YOLO detection or segmentation .pt") from exc
+                         "point model.weights at a YOLO detection, segmentation or pose .pt") from exc
     if task not in GATED_TASKS or not names:
-        raise QgateError(f"{weights}: is a '{task}' model; qgate judges {' and '.join(GATED_TASKS)} models only "
-                         "(pose, OBB and classification are not supported yet)")
+        raise QgateError(f"{weights}: is a '{task}' model; qgate judges {', '.join(GATED_TASKS)} models only "
+                         "(OBB and classification are not supported yet)")
     model.task = task
     head = type(model.model.model[-1]).__name__
     if head in UNSUPPORTED_HEADS:

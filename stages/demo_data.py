@@ -1,4 +1,8 @@
-"""Synthetic shapes dataset (seeded) -> Ultralytics layout with train / calib / val splits and a yaml."""
+"""Synthetic shapes dataset (seeded) -> Ultralytics layout with train / calib / val splits and a yaml.
+
+`demo.task` picks the labels: boxes (detect), each shape's own outline (segment), or four keypoints at the
+shape's extreme points, top / right / bottom / left (pose).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ log = logging.getLogger(__name__)
 
 SPLITS = ("train", "calib", "val")
 IMAGE_SHAPES = ((320, 320), (240, 320), (320, 256), (288, 320))  # (h, w): exercise letterboxing
+KEYPOINTS = ("top", "right", "bottom", "left")  # a pose demo's keypoints: the shape's extreme points
+KPT_FLIP = [0, 3, 2, 1]  # a left-right flip swaps right and left (Ultralytics' flip_idx)
 
 
 def main(params: Params) -> dict:
@@ -40,10 +46,11 @@ def _write_split(root: Path, split: str, count: int, demo: DemoParams, rng: np.r
     (root / "labels" / split).mkdir(parents=True)
     instances = 0
     for i in range(count):
-        image, labels = draw_image(rng, len(demo.classes), demo.max_objects)
+        # outlines and keypoints are labelled whole: no shape may hide part of another
+        image, shapes = draw_image(rng, len(demo.classes), demo.max_objects, 0.2 if demo.task == "detect" else 0.0)
         stem = f"{split}_{i:05d}"
         cv2.imwrite(str(root / "images" / split / f"{stem}.jpg"), image, [cv2.IMWRITE_JPEG_QUALITY, 92])
-        lines = [f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}" for c, x, y, w, h in labels]
+        lines = [label_line(shape, demo.task, image.shape[:2]) for shape in shapes]
         if lines:  # no label file: a background image, as Ultralytics expects
             (root / "labels" / split / f"{stem}.txt").write_text("\n".join(lines) + "\n")
         instances += len(lines)
@@ -54,28 +61,52 @@ def _write_yaml(root: Path, final: Path, demo: DemoParams) -> None:
     # `path` is the final location relative to the project root, where Ultralytics resolves it too.
     spec = {"path": final.as_posix(), **{s: f"images/{s}" for s in SPLITS},
             "names": dict(enumerate(demo.classes))}
+    if demo.task == "pose":
+        spec |= {"kpt_shape": [len(KEYPOINTS), 3], "flip_idx": KPT_FLIP}
     write_text(root / "demo.yaml", yaml.safe_dump(spec, sort_keys=False))
 
 
-def draw_image(rng: np.random.Generator, num_classes: int, max_objects: int) -> tuple[np.ndarray, list]:
-    """One cluttered BGR image with up to `max_objects` shapes; labels are (class, cx, cy, w, h) normalized."""
+def label_line(shape: tuple, task: str, size: tuple[int, int]) -> str:
+    """One YOLO label line of a drawn shape (class, pixel box, outline) for `task`, normalized by `size` (h, w)."""
+    cls, (x1, y1, x2, y2), outline = shape
+    h, w = size
+    scale = np.array([w, h])
+    if task == "segment":
+        return " ".join([str(cls), *(f"{v:.6f}" for v in (outline / scale).ravel())])
+    line = f"{cls} {(x1 + x2) / 2 / w:.6f} {(y1 + y2) / 2 / h:.6f} {(x2 - x1) / w:.6f} {(y2 - y1) / h:.6f}"
+    if task == "pose":
+        line += "".join(f" {x:.6f} {y:.6f} 2" for x, y in extreme_points(outline) / scale)
+    return line
+
+
+def extreme_points(outline: np.ndarray) -> np.ndarray:
+    """The outline's top, right, bottom and left points (the mean of tied vertices, e.g. a rectangle's edge)."""
+    xs, ys = outline[:, 0], outline[:, 1]
+    return np.array([outline[ys == ys.min()].mean(axis=0), outline[xs == xs.max()].mean(axis=0),
+                     outline[ys == ys.max()].mean(axis=0), outline[xs == xs.min()].mean(axis=0)])
+
+
+def draw_image(rng: np.random.Generator, num_classes: int, max_objects: int,
+               max_overlap: float = 0.2) -> tuple[np.ndarray, list]:
+    """One cluttered BGR image with up to `max_objects` shapes, each (class, tight pixel box, outline polygon);
+    shapes whose squares overlap more than `max_overlap` (IoU) are not drawn."""
     h, w = IMAGE_SHAPES[rng.integers(len(IMAGE_SHAPES))]
     image = _background(rng, h, w)
     boxes: list[tuple[int, int, int, int]] = []
-    labels = []
+    shapes = []
     for _ in range(rng.integers(1, max_objects + 1) if rng.random() > 0.05 else 0):
         cls = int(rng.integers(num_classes))
         size = int(rng.integers(min(h, w) // 5, min(h, w) // 2))
         x0, y0 = int(rng.integers(0, w - size)), int(rng.integers(0, h - size))
         box = (x0, y0, x0 + size, y0 + size)
-        if any(_iou(box, other) > 0.2 for other in boxes):
+        if any(_iou(box, other) > max_overlap for other in boxes):
             continue
         colour = _contrasting_colour(rng, image[y0:y0 + size, x0:x0 + size].mean(axis=(0, 1)))
-        x1, y1, x2, y2 = _draw_shape(image, cls, box, colour, rng)
+        tight, outline = _draw_shape(image, cls, box, colour, rng)
         boxes.append(box)
-        labels.append((cls, (x1 + x2) / 2 / w, (y1 + y2) / 2 / h, (x2 - x1) / w, (y2 - y1) / h))
+        shapes.append((cls, tight, outline))
     noise = rng.normal(0, 6, image.shape)
-    return np.clip(image + noise, 0, 255).astype(np.uint8), labels
+    return np.clip(image + noise, 0, 255).astype(np.uint8), shapes
 
 
 def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
@@ -102,15 +133,17 @@ def _contrasting_colour(rng: np.random.Generator, under: np.ndarray) -> tuple[in
 
 
 def _draw_shape(image: np.ndarray, cls: int, box: tuple, colour: tuple, rng: np.random.Generator) -> tuple:
-    """Draw class `cls` inside `box`; return the shape's tight box (x1, y1, x2, y2) in pixels."""
+    """Draw class `cls` inside `box`; return its tight box (x1, y1, x2, y2) and its outline ([n, 2]) in pixels."""
     x0, y0, x1, y1 = box
     size = x1 - x0
     cx, cy, r = x0 + size / 2, y0 + size / 2, size / 2
     kind = cls % 4
     if kind == 0:  # ellipse, aspect varies
         rx, ry = r, r * rng.uniform(0.6, 1.0)
-        cv2.ellipse(image, (int(cx), int(cy)), (int(rx), int(ry)), 0, 0, 360, colour, -1)
-        return cx - int(rx), cy - int(ry), cx + int(rx) + 1, cy + int(ry) + 1
+        centre, axes = (int(cx), int(cy)), (int(rx), int(ry))
+        cv2.ellipse(image, centre, axes, 0, 0, 360, colour, -1)
+        outline = cv2.ellipse2Poly(centre, axes, 0, 0, 360, 5)[:-1].astype(float)  # the last point repeats the first
+        return (cx - int(rx), cy - int(ry), cx + int(rx) + 1, cy + int(ry) + 1), outline
     if kind == 1:  # rectangle
         ry = r * rng.uniform(0.5, 1.0)
         points = np.array([[x0, cy - ry], [x1, cy - ry], [x1, cy + ry], [x0, cy + ry]])
@@ -122,7 +155,8 @@ def _draw_shape(image: np.ndarray, cls: int, box: tuple, colour: tuple, rng: np.
         points = np.stack([cx + radii * np.cos(angles), cy + radii * np.sin(angles)], axis=1)
     points = np.round(points).astype(np.int32)
     cv2.fillPoly(image, [points], colour)
-    return points[:, 0].min(), points[:, 1].min(), points[:, 0].max() + 1, points[:, 1].max() + 1
+    tight = (points[:, 0].min(), points[:, 1].min(), points[:, 0].max() + 1, points[:, 1].max() + 1)
+    return tight, points.astype(float)
 
 
 def _iou(a: tuple, b: tuple) -> float:

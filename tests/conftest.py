@@ -183,22 +183,26 @@ def assert_fails_cleanly(name: str, project: Path, fragments: list[str], output:
     return line
 
 
-def make_dataset(root: Path, images: int = 6, seed: int = 0, classes: int = len(DEMO_CLASSES)) -> Path:
-    """A small synthetic dataset with a val split under `root`, of the first `classes` demo classes; its yaml."""
+def make_dataset(root: Path, images: int = 6, seed: int = 0, classes: int = len(DEMO_CLASSES),
+                 task: str = "detect") -> Path:
+    """A small synthetic dataset with a val split under `root`, of the first `classes` demo classes, labelled for
+    `task` like the demo's; its yaml."""
     import cv2
 
-    from stages.demo_data import draw_image
+    from stages.demo_data import KEYPOINTS, KPT_FLIP, draw_image, label_line
 
     rng = np.random.default_rng(seed)
     for split in ("val", "calib"):
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
         (root / "labels" / split).mkdir(parents=True, exist_ok=True)
         for i in range(images):
-            image, labels = draw_image(rng, classes, 3)
+            image, shapes = draw_image(rng, classes, 3)
             cv2.imwrite(str(root / "images" / split / f"{i}.jpg"), image)
-            text = "".join(f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}\n" for c, x, y, w, h in labels)
+            text = "".join(label_line(shape, task, image.shape[:2]) + "\n" for shape in shapes)
             (root / "labels" / split / f"{i}.txt").write_text(text)
     spec = {"path": ".", "val": "images/val", "calib": "images/calib", "names": dict(enumerate(DEMO_CLASSES[:classes]))}
+    if task == "pose":
+        spec |= {"kpt_shape": [len(KEYPOINTS), 3], "flip_idx": KPT_FLIP}
     (root / "data.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return root / "data.yaml"
 

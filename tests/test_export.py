@@ -56,7 +56,7 @@ def test_plain_state_dict_is_not_a_detector(tmp_path):
     foreign = tmp_path / "foreign.pt"
     torch.save({"weight": torch.zeros(3)}, foreign)
     project = _project(tmp_path, foreign)
-    _assert_failed_cleanly(project, "foreign.pt", "YOLO detection or segmentation .pt")
+    _assert_failed_cleanly(project, "foreign.pt", "YOLO detection, segmentation or pose .pt")
 
 
 @pytest.fixture(scope="module")
@@ -70,4 +70,4 @@ def classifier_weights(tmp_path_factory):
 
 def test_classification_model_is_refused(tmp_path, classifier_weights):
     project = _project(tmp_path, classifier_weights)
-    _assert_failed_cleanly(project, "is a 'classify' model; qgate judges detect and segment models only")
+    _assert_failed_cleanly(project, "is a 'classify' model; qgate judges detect, segment, pose models only")

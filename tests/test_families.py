@@ -1,6 +1,5 @@
-"""Every Ultralytics detection family ultralytics 8.4 ships, and segment models of v8, 11 and 26: a tiny untrained
-model goes through export ->
-baseline -> quantize -> int8_eval -> divergence -> sensitivity with the default params (and, where every group
+"""Every Ultralytics detection family ultralytics 8.4 ships, and segment and pose models of v8, 11 and 26: a tiny
+untrained model goes through export -> baseline -> quantize -> int8_eval -> divergence -> sensitivity with the default params (and, where every group
 is scored, autofix), and its graph surgery is exact (every quantizer group in float computes the FP32 output)."""
 
 from __future__ import annotations
@@ -19,17 +18,20 @@ from qgate import offline
 from qgate.divergence import instrument
 from qgate.evaluator import image_tensor
 from qgate.mixed import quantizer_groups, revert
+from qgate.task_metrics import BOX, KEYPOINTS as POSE, MASK, TASK_METRICS
+from stages.demo_data import KEYPOINTS
 from tests.conftest import DEMO_CLASSES, error_line, make_dataset, stage, write_params
 
 FAMILIES_FILE = Path(__file__).resolve().parent / "families.yaml"
 FAMILIES = yaml.safe_load(FAMILIES_FILE.read_text())["families"]
+FAMILY_DROP_HIGHS = {f.key("map50_95_drop_ci_high") for f in (BOX, MASK, POSE)}
 STAGES = ("export", "baseline", "quantize", "int8_eval", "divergence", "sensitivity")
 
 
 def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[str] = DEMO_CLASSES,
                   builder: str = "YOLO", task: str = "detect") -> Path:
     """An untrained model of `task` built from one of Ultralytics' model yamls by `builder` (YOLO or RTDETR),
-    with the demo's class names."""
+    with the demo's class names (and a pose model with the demo's keypoints)."""
     offline.ultralytics_settings_off()
     import torch
     import ultralytics
@@ -37,6 +39,8 @@ def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[st
     source = Path(ultralytics.__file__).parent / "cfg" / "models" / model_yaml
     cfg = yaml.safe_load(source.read_text())
     cfg["nc"] = len(classes)
+    if task == "pose":
+        cfg["kpt_shape"] = [len(KEYPOINTS), 3]
     # Ultralytics reads the scale from the file name (yolov8n.yaml -> n); single-scale yamls keep theirs
     stem = source.stem if "scales" not in cfg else re.sub(r"^(yolov?\d+)", r"\1n", source.stem)
     folder.mkdir(parents=True, exist_ok=True)
@@ -54,7 +58,7 @@ def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[st
 def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
     task = family.get("task", "detect")
     weights = tiny_detector(tmp_path / "model", family["yaml"], task=task)
-    dataset = make_dataset(tmp_path / "data", images=4)  # box labels: a segment model's masks are their rectangles
+    dataset = make_dataset(tmp_path / "data", images=4, task=task)
     # an untrained model is confident nowhere: with `rank`, every anchor counts, so every group is scored
     write_params(tmp_path, weights, dataset, imgsz=family.get("imgsz", 128), sensitivity__images=2,
                  sensitivity__conf=0.0 if family.get("rank") else 0.25, export__end2end=family.get("end2end", False),
@@ -65,7 +69,7 @@ def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
     record = json.loads((tmp_path / "metrics/export_record.json").read_text())
     assert record["head_layout"] == family["layout"] and record["task"] == task
     int8 = json.loads((tmp_path / "metrics/int8.json").read_text())
-    assert ("mask_map50_95_drop_ci_high" in int8) == (task == "segment")
+    assert {f.key("map50_95_drop_ci_high") for f in TASK_METRICS[task].scored} == set(int8) & FAMILY_DROP_HIGHS
     quantize = json.loads((tmp_path / "metrics/quantize.json").read_text())
     assert quantize["fake_quantize_count"] > 0 and quantize["ops_float_by_decode_rule"] > 0
     with open(tmp_path / "reports/precision_table.csv") as handle:

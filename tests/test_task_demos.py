@@ -1,0 +1,79 @@
+"""The demo per task (`demo.task: segment | pose`): `make gate` trains YOLOv8n-seg / -pose on the synthetic shapes
+(outlines, extreme points) and judges it with the default gates; qgate's FP32 scores equal pycocotools on
+Ultralytics' own predictions of the trained model (the only pose model here: no public pose checkpoint)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import openvino as ov
+import pytest
+
+from qgate.artifacts import FP32_IR_NAME
+from qgate.cocoeval import coco_map
+from qgate.dataset import load_dataset, split_images, ultralytics_yaml
+from qgate.evaluator import evaluate
+from qgate.tasks import task_for
+from stages.demo_train import ULTRALYTICS_RESULTS
+from tests.conftest import gate_own_model, table_results
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+
+TASKS = ("segment", "pose")
+
+
+@pytest.fixture(scope="module", params=TASKS)
+def task_demo(request, tmp_path_factory) -> tuple[str, Path, subprocess.CompletedProcess]:
+    """A copy of the checkout with `demo.task` set, after `make gate` (trains that task's demo model)."""
+    checkout, done = gate_own_model(tmp_path_factory.mktemp(f"{request.param}_demo"), {"demo": {"task": request.param}})
+    return request.param, checkout, done
+
+
+def test_the_task_demo_passes_its_default_gates_on_its_own_metric(task_demo):
+    task, checkout, done = task_demo
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    record = json.loads((checkout / "metrics" / "export_record.json").read_text())
+    own = task_for(record).metrics.primary
+    assert record["task"] == task and own.prefix
+    drop_gate = f"accuracy_{own.key('map50_95_drop')}"
+    assert table_results(done.stdout)[drop_gate] == "PASS" and "accuracy_map50_95_drop" in table_results(done.stdout)
+    assert f"{own.title()} drop, FP32 - INT8" in done.stdout
+    int8 = json.loads((checkout / "metrics" / "int8.json").read_text())
+    assert int8[own.key("map50_95_drop_ci_low")] <= int8[own.key("map50_95_drop")] <= int8[
+        own.key("map50_95_drop_ci_high")]
+    trained = json.loads((checkout / "metrics" / "demo_train.json").read_text())
+    assert trained[own.key()] > 0.5  # the demo model learned its task, not only boxes
+    assert drop_gate in (checkout / "reports" / "gates.xml").read_text()
+    report = (checkout / "reports" / "report.md").read_text()
+    assert report.split("## Results")[1].split("\n")[2].startswith(f"INT8 {own.title()}")  # the first thing said
+
+
+def test_the_task_demo_scores_like_pycocotools_on_ultralytics_own_predictions(task_demo, tmp_path):
+    from qgate import offline
+
+    offline.ultralytics_settings_off()
+    from ultralytics import YOLO
+
+    task_name, checkout, _ = task_demo
+    record = json.loads((checkout / "metrics" / "export_record.json").read_text())
+    task, names, imgsz = task_for(record), tuple(record["class_names"]), record["imgsz"]
+    dataset = load_dataset(checkout / "data" / "demo" / "demo.yaml")
+    images = split_images(dataset, "val")
+    result = YOLO(str(checkout / "models" / "demo" / "yolov8n_demo.pt")).val(
+        data=str(ultralytics_yaml(dataset, tmp_path / "demo.yaml")), imgsz=imgsz, batch=8, rect=False,
+        save_json=True, plots=False, device="cpu", project=str(tmp_path), name="val", verbose=False)
+    index = {path.stem: i for i, path in enumerate(images)}  # Ultralytics: image id = the file's stem
+    theirs = [{**p, "image_id": index[p["image_id"]]}  # category id = class + 1, as qgate's ground truth
+              for p in json.loads((Path(result.save_dir) / "predictions.json").read_text())]
+    ours = evaluate(ov.Core().read_model(str(checkout / "models" / "export" / FP32_IR_NAME)), images, names, imgsz,
+                    task=task)
+    truth = task.ground_truth(images, [(image["height"], image["width"]) for image in ours.ground_truth["images"]],
+                              names)
+    for family in task.metrics.scored:
+        pycocotools = coco_map(truth, [dict(p) for p in theirs], family.iou_type)[0]
+        printed = getattr(result, ULTRALYTICS_RESULTS[family.iou_type]).map
+        print(f"{task_name} {family.title()}: qgate {ours.value(family.key()):.4f}, pycocotools on Ultralytics' "
+              f"predictions {pycocotools:.4f}, Ultralytics printed {printed:.4f} ({len(images)} images)")
+        assert ours.value(family.key()) == pytest.approx(pycocotools, abs=0.005)
