@@ -7,6 +7,8 @@ shape's extreme points, top / right / bottom / left (pose).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
@@ -22,7 +24,38 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "calib", "val")
 IMAGE_SHAPES = ((320, 320), (240, 320), (320, 256), (288, 320))  # (h, w): exercise letterboxing
 KEYPOINTS = ("top", "right", "bottom", "left")  # a pose demo's keypoints: the shape's extreme points
-KPT_FLIP = [0, 3, 2, 1]  # a left-right flip swaps right and left (Ultralytics' flip_idx)
+
+
+@dataclass(frozen=True)
+class DemoLabels:
+    """How the demo labels one task: the label line of a drawn shape, how far shapes may overlap, yaml keys."""
+
+    line: Callable[[tuple, np.ndarray], str]  # (class, pixel box, outline), (w, h) -> one YOLO label line
+    max_overlap: float  # IoU of the shapes' squares above which a shape is not drawn
+    yaml: dict
+
+
+def _box_line(shape: tuple, size: np.ndarray) -> str:
+    cls, (x1, y1, x2, y2), _ = shape
+    w, h = size
+    return f"{cls} {(x1 + x2) / 2 / w:.6f} {(y1 + y2) / 2 / h:.6f} {(x2 - x1) / w:.6f} {(y2 - y1) / h:.6f}"
+
+
+def _outline_line(shape: tuple, size: np.ndarray) -> str:
+    return " ".join([str(shape[0]), *(f"{v:.6f}" for v in (shape[2] / size).ravel())])
+
+
+def _pose_line(shape: tuple, size: np.ndarray) -> str:
+    return _box_line(shape, size) + "".join(f" {x:.6f} {y:.6f} 2" for x, y in extreme_points(shape[2]) / size)
+
+
+# outlines and keypoints are labelled whole: no shape of those tasks may hide part of another
+DEMO_LABELS = {
+    "detect": DemoLabels(_box_line, 0.2, {}),
+    "segment": DemoLabels(_outline_line, 0.0, {}),
+    # a left-right flip swaps the right and left points (Ultralytics' flip_idx)
+    "pose": DemoLabels(_pose_line, 0.0, {"kpt_shape": [len(KEYPOINTS), 3], "flip_idx": [0, 3, 2, 1]}),
+}
 
 
 def main(params: Params) -> dict:
@@ -46,8 +79,7 @@ def _write_split(root: Path, split: str, count: int, demo: DemoParams, rng: np.r
     (root / "labels" / split).mkdir(parents=True)
     instances = 0
     for i in range(count):
-        # outlines and keypoints are labelled whole: no shape may hide part of another
-        image, shapes = draw_image(rng, len(demo.classes), demo.max_objects, 0.2 if demo.task == "detect" else 0.0)
+        image, shapes = draw_image(rng, len(demo.classes), demo.max_objects, DEMO_LABELS[demo.task].max_overlap)
         stem = f"{split}_{i:05d}"
         cv2.imwrite(str(root / "images" / split / f"{stem}.jpg"), image, [cv2.IMWRITE_JPEG_QUALITY, 92])
         lines = [label_line(shape, demo.task, image.shape[:2]) for shape in shapes]
@@ -60,23 +92,13 @@ def _write_split(root: Path, split: str, count: int, demo: DemoParams, rng: np.r
 def _write_yaml(root: Path, final: Path, demo: DemoParams) -> None:
     # `path` is the final location relative to the project root, where Ultralytics resolves it too.
     spec = {"path": final.as_posix(), **{s: f"images/{s}" for s in SPLITS},
-            "names": dict(enumerate(demo.classes))}
-    if demo.task == "pose":
-        spec |= {"kpt_shape": [len(KEYPOINTS), 3], "flip_idx": KPT_FLIP}
+            "names": dict(enumerate(demo.classes)), **DEMO_LABELS[demo.task].yaml}
     write_text(root / "demo.yaml", yaml.safe_dump(spec, sort_keys=False))
 
 
 def label_line(shape: tuple, task: str, size: tuple[int, int]) -> str:
     """One YOLO label line of a drawn shape (class, pixel box, outline) for `task`, normalized by `size` (h, w)."""
-    cls, (x1, y1, x2, y2), outline = shape
-    h, w = size
-    scale = np.array([w, h])
-    if task == "segment":
-        return " ".join([str(cls), *(f"{v:.6f}" for v in (outline / scale).ravel())])
-    line = f"{cls} {(x1 + x2) / 2 / w:.6f} {(y1 + y2) / 2 / h:.6f} {(x2 - x1) / w:.6f} {(y2 - y1) / h:.6f}"
-    if task == "pose":
-        line += "".join(f" {x:.6f} {y:.6f} 2" for x, y in extreme_points(outline) / scale)
-    return line
+    return DEMO_LABELS[task].line(shape, np.array(size[::-1]))
 
 
 def extreme_points(outline: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import os
 import re
@@ -151,6 +152,25 @@ def stage(name: str, cwd: Path, params: str = "params.yaml") -> subprocess.Compl
                           capture_output=True, text=True, timeout=600)
 
 
+def stage_in_process(name: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`stages.<name>.main` on `cwd`'s params.yaml in this process, as `stage` reports it (0, or 2 and the
+    one-line error on stderr): what the CLI runs, without a fresh interpreter importing torch / NNCF again
+    (~1-4 s a stage). For tests that run many models through the stages; `stage` tests the CLI itself."""
+    from qgate.errors import QgateError
+    from qgate.params import load_params
+
+    module = importlib.import_module(f"stages.{name}")
+    previous = Path.cwd()
+    os.chdir(cwd)
+    try:
+        module.main(load_params("params.yaml"))
+        return subprocess.CompletedProcess([name], 0, "", "")
+    except QgateError as exc:
+        return subprocess.CompletedProcess([name], 2, "", f"error: {exc}")
+    finally:
+        os.chdir(previous)
+
+
 def error_line(result: subprocess.CompletedProcess) -> str:
     """The last stderr line, where stages print their one-line error."""
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
@@ -189,20 +209,19 @@ def make_dataset(root: Path, images: int = 6, seed: int = 0, classes: int = len(
     `task` like the demo's; its yaml."""
     import cv2
 
-    from stages.demo_data import KEYPOINTS, KPT_FLIP, draw_image, label_line
+    from stages.demo_data import DEMO_LABELS, draw_image, label_line
 
     rng = np.random.default_rng(seed)
     for split in ("val", "calib"):
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
         (root / "labels" / split).mkdir(parents=True, exist_ok=True)
         for i in range(images):
-            image, shapes = draw_image(rng, classes, 3)
+            image, shapes = draw_image(rng, classes, 3, DEMO_LABELS[task].max_overlap)
             cv2.imwrite(str(root / "images" / split / f"{i}.jpg"), image)
             text = "".join(label_line(shape, task, image.shape[:2]) + "\n" for shape in shapes)
             (root / "labels" / split / f"{i}.txt").write_text(text)
-    spec = {"path": ".", "val": "images/val", "calib": "images/calib", "names": dict(enumerate(DEMO_CLASSES[:classes]))}
-    if task == "pose":
-        spec |= {"kpt_shape": [len(KEYPOINTS), 3], "flip_idx": KPT_FLIP}
+    spec = {"path": ".", "val": "images/val", "calib": "images/calib", "names": dict(enumerate(DEMO_CLASSES[:classes])),
+            **DEMO_LABELS[task].yaml}
     (root / "data.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return root / "data.yaml"
 
