@@ -57,7 +57,7 @@ def run_qgate(params: Params, work: Path) -> tuple[Path, float]:
     calibration = quantize.calibration_images(params, dataset)
     start = time.perf_counter()
     fp32 = ov.Core().read_model(fp32_ir(params))
-    model = quantize._quantize(fp32, calibration, params, quantize.decode_scope(fp32, params))
+    model = quantize._quantize(fp32, calibration, params, list(quantize.rule_scope(fp32, params)))
     seconds = time.perf_counter() - start
     ov.save_model(model, work / "qgate_int8.xml", compress_to_fp16=False)
     return work / "qgate_int8.xml", seconds
@@ -101,7 +101,7 @@ def run_accuracy_control(params: Params, work: Path) -> tuple[Path, float]:
     model = nncf.quantize_with_accuracy_control(
         fp32, nncf.Dataset(calibration, transform), nncf.Dataset(val),
         validate, max_drop=0.01, preset=nncf.QuantizationPreset(params.quantize.preset),
-        subset_size=len(calibration), ignored_scope=nncf.IgnoredScope(names=quantize.decode_scope(fp32, params)))
+        subset_size=len(calibration), ignored_scope=nncf.IgnoredScope(names=list(quantize.rule_scope(fp32, params))))
     seconds = time.perf_counter() - start
     ov.save_model(model, work / "nncf_ac_int8.xml", compress_to_fp16=False)
     return work / "nncf_ac_int8.xml", seconds

@@ -10,8 +10,10 @@ one of two output layouts, told apart by shape at export and recorded in the exp
 `extra` are the values a task's head adds per detection (a segment head's mask coefficients); they travel
 with each detection row, after the class column, and take no part in NMS or the detection error.
 
-The box decode (DFL, anchors, strides, the class sigmoid, top-K) is found from the graph, not from a family's
-node names: it is every op the output depends on without passing through a learned layer.
+The head decode (DFL, anchors, strides, the class sigmoid, top-K, a pose head's keypoint decode) is found from
+the graph, not from a family's node names: it is every op an output depends on without passing through a
+learned layer. The learned layers where that walk stops are the head's output layers (each branch's last
+convolution; a segment head's mask coefficients and the prototypes' last convolution).
 """
 
 from __future__ import annotations
@@ -158,22 +160,41 @@ def output_layout(model: ov.Model, num_classes: int, where: str, extra: int = 0)
 
 
 def decode_ops(model: ov.Model) -> list[str]:
-    """Friendly names of the box decode: every op the first output depends on without crossing a learned layer.
+    """Friendly names of the head decode: every op an output depends on without crossing a learned layer.
 
     Learned layers are convolutions and matrix products with trained weights, and the bias Add that follows
     one. DFL's convolution has fixed weights 0..reg_max-1 (a weighted sum, not a learned layer) and belongs to
     the decode. In graph order.
     """
+    return _in_graph_order(model, _walk_head(model)[0])
+
+
+def output_layers(model: ov.Model) -> list[str]:
+    """Friendly names of the learned layers the head decode starts from: the last convolution of each branch
+    that feeds an output (boxes, classes, mask coefficients, keypoints, mask prototypes). In graph order."""
+    return _in_graph_order(model, _walk_head(model)[1])
+
+
+def _walk_head(model: ov.Model) -> tuple[set[str], set[str]]:
+    """(decode ops, output layers): walk back from every output until a learned layer."""
     inside: set[str] = set()
-    stack = [model.get_results()[0].input_value(0).get_node()]
+    frontier: set[str] = set()
+    stack = [result.input_value(0).get_node() for result in model.get_results()]
     while stack:
         op = stack.pop()
         name = op.get_friendly_name()
-        if name in inside or op.get_type_name() in NOT_COMPUTED or _learned(op) or _bias_of_learned(op):
+        if name in inside or op.get_type_name() in NOT_COMPUTED:
+            continue
+        if _learned(op) or _bias_of_learned(op):
+            frontier.add(name if _learned(op) else op.input_value(0).get_node().get_friendly_name())
             continue
         inside.add(name)
         stack += [op.input_value(i).get_node() for i in range(op.get_input_size())]
-    return [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_friendly_name() in inside]
+    return inside, frontier
+
+
+def _in_graph_order(model: ov.Model, names: set[str]) -> list[str]:
+    return [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_friendly_name() in names]
 
 
 def _learned(op) -> bool:

@@ -114,6 +114,7 @@ class QuantizeParams:
     allow_val_calibration: bool
     seed: int
     keep_decode_float: bool
+    keep_output_layers_float: bool
     ignored_scope: IgnoredScopeParams
     # outputs: fixed paths, not keys
     out_dir = "models/int8"

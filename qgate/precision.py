@@ -17,7 +17,8 @@ WEIGHT_PATH_TYPES = {"Multiply", "Subtract", "Convert", "Reshape", "Unsqueeze", 
 SKIPPED_TYPES = {"FakeQuantize", "Constant", "Parameter", "Result", "Convert"}
 SCOPE_RULE = "ignored by quantize.ignored_scope"
 # "ignored" first, like the user's entries: the structure gate checks that every ignored op did stay float
-DECODE_RULE = "ignored by the box-decode rule (quantize.keep_decode_float)"
+DECODE_RULE = "ignored by the head-decode rule (quantize.keep_decode_float)"
+OUTPUT_LAYER_RULE = "ignored by the output-layer rule (quantize.keep_output_layers_float)"
 PRECISION_COLUMNS = ["index", "name", "type", "precision", "activations_int8", "weights_int8", "why",
                      "act_input_low", "act_input_high", "act_levels", "weight_levels"]
 

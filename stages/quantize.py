@@ -13,11 +13,12 @@ from qgate.cli import run_stage
 from qgate.dataset import Dataset, split_images
 from qgate.errors import QgateError
 from qgate.evaluator import image_tensor
-from qgate.heads import decode_ops
+from qgate.heads import decode_ops, output_layers
 from qgate.io import atomic_dir, write_csv, write_json
 from qgate.params import Params
 from qgate.artifacts import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, model_dataset, op_inventory
-from qgate.precision import DECODE_RULE, PRECISION_COLUMNS, SCOPE_RULE, precision_table, scope_matches
+from qgate.precision import (DECODE_RULE, OUTPUT_LAYER_RULE, PRECISION_COLUMNS, SCOPE_RULE, precision_table,
+                             scope_matches)
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +33,12 @@ def main(params: Params) -> dict:
     calibration = calibration_images(params, dataset)
     model = ov.Core().read_model(fp32_ir(params))
     log.info("[1/3] quantize: matching the ignored scope")
-    decode = decode_scope(model, params)
-    matches = {name: DECODE_RULE for name in decode} | scope_matches(model, cfg.ignored_scope, fp32_ir(params))
-    log.info("[2/3] quantize: NNCF %s preset on %d calibration images, %d box-decode ops kept float", cfg.preset,
-             len(calibration), len(decode))
+    rules = rule_scope(model, params)
+    matches = rules | scope_matches(model, cfg.ignored_scope, fp32_ir(params))
+    log.info("[2/3] quantize: NNCF %s preset on %d calibration images, %d head ops kept float by rule", cfg.preset,
+             len(calibration), len(rules))
     start = time.perf_counter()
-    quantized = _quantize(model, calibration, params, decode)
+    quantized = _quantize(model, calibration, params, list(rules))
     seconds = time.perf_counter() - start
     rows = precision_table(quantized, matches)
     log.info("[3/3] quantize: writing %s", cfg.out_dir)
@@ -49,6 +50,7 @@ def main(params: Params) -> dict:
         "ops_float": sum(row["precision"] == "float" for row in rows),
         "ops_ignored_by_scope": sum(row["why"].startswith(SCOPE_RULE) for row in rows),
         "ops_float_by_decode_rule": sum(row["why"] == DECODE_RULE for row in rows),
+        "ops_float_by_output_layer_rule": sum(row["why"] == OUTPUT_LAYER_RULE for row in rows),
         "calibration_images": len(calibration),
         "calibration_overlaps_val": int(_overlap(params, dataset, calibration) > 0),
         "quantize_seconds": round(seconds, 2),
@@ -74,9 +76,12 @@ def int8_record(quantized: ov.Model, record: dict, int8_sha256: str) -> dict:
     }
 
 
-def decode_scope(model: ov.Model, params: Params) -> list[str]:
-    """The head's box-decode ops the automatic rule keeps float (none when `quantize.keep_decode_float` is off)."""
-    return decode_ops(model) if params.quantize.keep_decode_float else []
+def rule_scope(model: ov.Model, params: Params) -> dict[str, str]:
+    """Op name -> the automatic rule that keeps it float: the head decode (`quantize.keep_decode_float`) and the
+    head's output layers (`quantize.keep_output_layers_float`), both found from the graph."""
+    cfg = params.quantize
+    return ({name: DECODE_RULE for name in decode_ops(model) if cfg.keep_decode_float}
+            | {name: OUTPUT_LAYER_RULE for name in output_layers(model) if cfg.keep_output_layers_float})
 
 
 def calibration_images(params: Params, dataset: Dataset) -> list[Path]:
@@ -102,7 +107,7 @@ def _overlap(params: Params, dataset: Dataset, images: list[Path]) -> int:
     return sum(p.resolve() in evaluated for p in images)
 
 
-def _quantize(model: ov.Model, images: list[Path], params: Params, decode: list[str]) -> ov.Model:
+def _quantize(model: ov.Model, images: list[Path], params: Params, by_rule: list[str]) -> ov.Model:
     import nncf
 
     cfg = params.quantize
@@ -116,7 +121,7 @@ def _quantize(model: ov.Model, images: list[Path], params: Params, decode: list[
 
     scope = cfg.ignored_scope
     ignored = nncf.IgnoredScope(
-        names=list(dict.fromkeys([*decode, *scope.names])), patterns=list(scope.patterns), types=list(scope.types),
+        names=list(dict.fromkeys([*by_rule, *scope.names])), patterns=list(scope.patterns), types=list(scope.types),
         subgraphs=[nncf.Subgraph(inputs=list(s.inputs), outputs=list(s.outputs)) for s in scope.subgraphs])
     return nncf.quantize(
         model, nncf.Dataset(images, transform), preset=nncf.QuantizationPreset(cfg.preset),

@@ -8,6 +8,7 @@ import json
 import openvino as ov
 import pytest
 
+from qgate.heads import output_layers
 from tests.conftest import assert_fails_cleanly, copy_project, stage
 
 
@@ -25,15 +26,29 @@ def test_quantize_writes_int8_ir_table_and_metrics(quantized_project):
     assert metrics["ops_int8"] == sum(r["precision"] == "int8" for r in rows) > 0
     decode = [r for r in rows if r["name"] == "/model.22/dfl/conv/Conv"]
     assert decode and decode[0]["precision"] == "float"
-    assert decode[0]["why"] == "ignored by the box-decode rule (quantize.keep_decode_float)"
+    assert decode[0]["why"] == "ignored by the head-decode rule (quantize.keep_decode_float)"
     assert metrics["ops_float_by_decode_rule"] == sum(r["why"] == decode[0]["why"] for r in rows) > 5
     assert metrics["ops_ignored_by_scope"] == 0  # the default params.yaml names no op
+    assert metrics["ops_float_by_output_layer_rule"] == 0  # off by default
     convs = [r for r in rows if r["type"] == "Convolution" and r["precision"] == "int8"]
     assert convs and all(r["weights_int8"] == "1" and r["act_levels"] == "256" for r in convs)
     assert all(float(r["act_input_low"]) < float(r["act_input_high"]) for r in convs)
     # make_dataset writes 6 calib images; the default subset_size (300) is clamped to them
     assert metrics["calibration_images"] == 6
     assert metrics["calibration_overlaps_val"] == 0
+
+
+def test_the_output_layer_rule_keeps_each_head_branch_last_conv_float(tmp_path, exported_project, tiny_weights):
+    fp32 = ov.Core().read_model(exported_project / "models" / "export" / "model_fp32.xml")
+    # YOLOv8's head: per level, the last conv of the box branch (cv2) and of the class branch (cv3)
+    expected = {f"/model.22/{branch}.{level}/{branch}.{level}.2/Conv/WithoutBiases"
+                for branch in ("cv2", "cv3") for level in range(3)}
+    assert set(output_layers(fp32)) == expected
+    project = copy_project(exported_project, tmp_path, tiny_weights, quantize__keep_output_layers_float=True)
+    assert stage("quantize", project).returncode == 0
+    kept = {r["name"]: r for r in _rows(project) if r["why"].startswith("ignored by the output-layer rule")}
+    assert set(kept) == expected and all(r["precision"] == "float" for r in kept.values())
+    assert json.loads((project / "metrics" / "quantize.json").read_text())["ops_float_by_output_layer_rule"] == 6
 
 
 def _fails(project, *fragments):
