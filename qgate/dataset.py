@@ -60,7 +60,12 @@ def _names_by_id(yaml_path: Path, names: dict) -> list[str]:
 
 
 def _resolve_root(yaml_path: Path, path: str) -> Path:
-    candidates = [Path(path)] if Path(path).is_absolute() else [yaml_path.parent / path, Path.cwd() / path]
+    """`path` as an absolute folder; a relative one beside the yaml, or the yaml's own folder when that is the
+    folder `path` names (data/demo/demo.yaml with `path: data/demo`, from any working directory), else in the cwd."""
+    relative = Path(path)
+    own = [yaml_path.parent] if relative.parts and yaml_path.resolve().parent.parts[-len(relative.parts):] == \
+        relative.parts else []
+    candidates = [relative] if relative.is_absolute() else [yaml_path.parent / path, *own, Path.cwd() / path]
     for candidate in candidates:
         if candidate.is_dir():
             return candidate.resolve()

@@ -83,6 +83,17 @@ def test_bad_label_lines(tmp_path, line, expected):
     assert expected in str(info.value)
 
 
+def test_a_yaml_inside_the_folder_its_path_names_is_found_from_any_cwd(tmp_path, monkeypatch):
+    """The demo's yaml (data/demo/demo.yaml, `path: data/demo`) read from another checkout's root, which has a
+    data/demo of its own: the yaml's folder is the root, not the cwd's folder of the same name."""
+    ours = _dataset(tmp_path / "project" / "data" / "demo", {"a": "0 0.5 0.5 0.2 0.2\n"})
+    spec = yaml.safe_load(ours.read_text()) | {"path": "data/demo"}
+    ours.write_text(yaml.safe_dump(spec))
+    (tmp_path / "elsewhere" / "data" / "demo").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert load_dataset(ours).root == (tmp_path / "project" / "data" / "demo").resolve()
+
+
 def test_missing_root_names_the_yaml(tmp_path):
     (tmp_path / "data.yaml").write_text(yaml.safe_dump({"path": "nowhere", "val": "images/val", "names": ["a"]}))
     with pytest.raises(QgateError, match=r"data.yaml: dataset root 'nowhere' does not exist"):

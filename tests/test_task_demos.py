@@ -52,14 +52,13 @@ def test_the_task_demo_passes_its_default_gates_on_its_own_metric(task_demo):
     assert report.split("## Results")[1].split("\n")[2].startswith(f"INT8 {own.title()}")  # the first thing said
 
 
-def test_the_task_demo_scores_like_pycocotools_on_ultralytics_own_predictions(task_demo, tmp_path, monkeypatch):
+def test_the_task_demo_scores_like_pycocotools_on_ultralytics_own_predictions(task_demo, tmp_path):
     from qgate import offline
 
     offline.ultralytics_settings_off()
     from ultralytics import YOLO
 
     task_name, checkout, _ = task_demo
-    monkeypatch.chdir(checkout)  # the demo's yaml names its folder relative to the project root
     record = json.loads((checkout / "metrics" / "export_record.json").read_text())
     task, names, imgsz = task_for(record), tuple(record["class_names"]), record["imgsz"]
     dataset = load_dataset(checkout / "data" / "demo" / "demo.yaml")
