@@ -69,16 +69,16 @@ def run_family(family: dict, seconds: int, work: Path, data_root: Path) -> dict:
     demo = load_params(data_root / "params.yaml").demo
     own = TASK_METRICS[demo.task].primary
     start = time.perf_counter()
+    data_dir = data_root / demo.data_dir
     os.chdir(data_root)  # the demo yaml names its folder relative to the project root
     try:
         weights = train_on_demo_data(_scaled(Path(family["yaml"]).stem), demo, work / "train")
         validated = validate_on_demo_data(weights, demo, work / "train")
+        dataset = ultralytics_yaml(load_dataset(data_dir / "demo.yaml"), work / "demo.yaml")  # absolute path
     finally:
         os.chdir(ROOT)
     ultralytics_map = float(getattr(validated, ULTRALYTICS_RESULTS[own.iou_type]).map)
     train_seconds = time.perf_counter() - start
-    data_dir = data_root / demo.data_dir
-    dataset = ultralytics_yaml(load_dataset(data_dir / "demo.yaml"), work / "demo.yaml")  # absolute path
     raw = yaml.safe_load((ROOT / "params.yaml").read_text()) or {}
     raw.setdefault("model", {}).update(weights=str(weights), dataset=str(dataset), data_dir=str(data_dir))
     raw.setdefault("benchmark", {}).update(seconds=seconds)
