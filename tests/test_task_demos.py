@@ -40,7 +40,8 @@ def test_the_task_demo_passes_its_default_gates_on_its_own_metric(task_demo):
     own = task_for(record).metrics.primary
     assert record["task"] == task and own.prefix
     drop_gate = f"accuracy_{own.key('map50_95_drop')}"
-    assert table_results(done.stdout)[drop_gate] == "PASS" and "accuracy_map50_95_drop" in table_results(done.stdout)
+    results = table_results(done.stdout)
+    assert results[drop_gate] in ("pass", "inconclusive (pass)") and "accuracy_map50_95_drop" in results
     assert f"{own.title()} drop, FP32 - INT8" in done.stdout
     int8 = json.loads((checkout / "metrics" / "int8.json").read_text())
     assert int8[own.key("map50_95_drop_ci_low")] <= int8[own.key("map50_95_drop")] <= int8[
