@@ -84,12 +84,7 @@ def run_family(family: dict, seconds: int, work: Path, data_root: Path) -> dict:
     raw.setdefault("benchmark", {}).update(seconds=seconds)
     raw.setdefault("export", {})["end2end"] = family.get("end2end", False)
     (work / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for stage in STAGES:
-        done = subprocess.run([sys.executable, "-m", f"stages.{stage}"], cwd=work, env=env, capture_output=True,
-                              text=True)
-        if done.returncode:
-            raise SystemExit(f"{family['name']} {stage}: {done.stderr.strip().splitlines()[-1]}")
+    run_stages(work, STAGES, family["name"])
     metric = {name: json.loads((work / "metrics" / f"{name}.json").read_text())
               for name in ("baseline", "int8", "quantize", "benchmark", "export_record", "sensitivity", "autofix",
                            "divergence")}
@@ -110,6 +105,16 @@ def run_family(family: dict, seconds: int, work: Path, data_root: Path) -> dict:
             "output_sqnr_db": metric["divergence"]["output_sqnr_db"],
             "gates": {v.gate: v.state if v.passed else f"{v.state} (counted failed)" for v in verdicts},
             "values": {v.gate: v.value for v in verdicts}}
+
+
+def run_stages(work: Path, stages: tuple[str, ...], label: str) -> None:
+    """Run each stage's CLI in `work` with this checkout's code; stop with `label`, the stage and its error line."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for stage in stages:
+        done = subprocess.run([sys.executable, "-m", f"stages.{stage}"], cwd=work, env=env, capture_output=True,
+                              text=True)
+        if done.returncode:
+            raise SystemExit(f"{label} {stage}: {done.stderr.strip().splitlines()[-1]}")
 
 
 def judged(work: Path) -> list:

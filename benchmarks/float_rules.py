@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.families import run_stages  # noqa: E402
 from qgate.cpu import cpu_info, describe  # noqa: E402
 from qgate.task_metrics import recorded  # noqa: E402
 
@@ -49,12 +49,7 @@ def run_setting(project: Path, work: Path, quantize: dict, speed: bool) -> dict:
     params = yaml.safe_load((project / "params.yaml").read_text()) or {}
     params.setdefault("quantize", {}).update(quantize)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for stage in ("quantize", "int8_eval") + (("benchmark",) if speed else ()):
-        done = subprocess.run([sys.executable, "-m", f"stages.{stage}"], cwd=work, env=env, capture_output=True,
-                              text=True)
-        if done.returncode:
-            raise SystemExit(f"{stage}: {done.stderr.strip().splitlines()[-1]}")
+    run_stages(work, ("quantize", "int8_eval") + (("benchmark",) if speed else ()), str(quantize))
     return {name: json.loads((work / "metrics" / f"{name}.json").read_text())
             for name in ("quantize", "int8") + (("benchmark",) if speed else ())}
 
