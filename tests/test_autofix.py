@@ -18,8 +18,8 @@ import yaml
 from qgate.mixed import Group
 from qgate.plots import sensitivity_figure, svg_text
 from stages import sensitivity
-from tests.conftest import (ROOT, assert_fails_cleanly, copy_project, divergence_and_ranking, error_line,
-                            failed_in_table, plant_range_fault, stage)
+from tests.conftest import (QUICK_BENCHMARK, ROOT, assert_fails_cleanly, copy_project, divergence_and_ranking,
+                            error_line, failed_in_table, plant_range_fault, stage)
 
 PLANTED = "/model.1/conv/Conv/WithoutBiases"
 
@@ -206,7 +206,7 @@ def test_naive_config_fails_with_a_scope_that_makes_the_gate_pass_once_pasted(tm
     # the default gate (0.01) and target (0.008): the naive drop measured 0.0166 [0.0078, 0.0265] and 0.0258
     # [0.0176, 0.0356] on demos trained on two machines; under gates.inconclusive: point both fail, and autofix
     # aims at its target by the point estimate
-    _params(project, quantize=naive, benchmark={"seconds": 5, "repeats": 2, "max_seconds": 30})
+    _params(project, quantize=naive, benchmark=QUICK_BENCHMARK)
     pipeline = ("quantize", "int8_eval", "divergence", "sensitivity", "autofix", "benchmark")
     _run(project, *pipeline)
     failing = _gates(project)
@@ -218,5 +218,5 @@ def test_naive_config_fails_with_a_scope_that_makes_the_gate_pass_once_pasted(tm
     _run(project, *pipeline)
     assert _json(project, "metrics/autofix.json")["needed"] == 0
     passing = _gates(project)
-    # every gate passes; speed only within this machine's noise (one 5 s run here, ~1.4x vs 1.3x)
+    # every gate passes; speed only within this machine's noise (short runs; ~1.4x vs 1.3x measured once)
     assert failed_in_table(passing.stdout) <= {"speed_speedup"}, passing.stdout[-3000:]

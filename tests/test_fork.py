@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, dvc, git
+from tests.conftest import QUICK_BENCHMARK, ROOT, dvc, git
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +41,7 @@ def test_a_fork_with_its_own_metrics_merges_an_upstream_release_and_gates(repo, 
     params = yaml.safe_load((fork / "params.yaml").read_text())
     params["model"]["weights"] = "models/own/detector.pt"
     params["promote"]["name"] = "detector-int8"
+    params["benchmark"] = QUICK_BENCHMARK
     (fork / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     make(fork, "gate")
     git(fork, "add", "-A")

@@ -18,7 +18,7 @@ import yaml
 
 from qgate.io import sha256_file
 from qgate.registry import Version, fields, next_version
-from tests.conftest import ROOT, dvc as _dvc, git, venv_env, working_tree_copy
+from tests.conftest import QUICK_BENCHMARK, ROOT, dvc as _dvc, git, venv_env, working_tree_copy
 
 NAME = yaml.safe_load((ROOT / "params.yaml").read_text())["promote"]["name"]
 
@@ -119,7 +119,8 @@ def test_promote_registers_stages_refuses_and_bumps(repo, tmp_path):
     (repo / "params.yaml").write_text(params)
 
     # a new INT8 IR of the same FP32 model: other calibration images -> the next patch version
-    (repo / "params.yaml").write_text(params + "\nquantize:\n  subset_size: 48\n")
+    (repo / "params.yaml").write_text(params + "\n" + yaml.safe_dump({"quantize": {"subset_size": 48},
+                                                                     "benchmark": QUICK_BENCHMARK}))
     _dvc(repo, "repro", "export", "baseline", "quantize", "int8_eval", "benchmark", "divergence", "sensitivity",
          "autofix")
     git(repo, "add", "-A")

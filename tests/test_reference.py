@@ -15,8 +15,8 @@ import yaml
 
 from qgate.dataset import coco_ground_truth, load_dataset, split_images, ultralytics_yaml
 from qgate.cocoeval import coco_map
-from tests.conftest import (BACKBONE_FAULT, ROOT, divergence_and_ranking, failed_in_table, gate_own_model,
-                            plant_range_fault)
+from tests.conftest import (BACKBONE_FAULT, QUICK_BENCHMARK, ROOT, divergence_and_ranking, failed_in_table,
+                            gate_own_model, plant_range_fault)
 
 REFERENCE_FP32_MAP50_95 = 0.4697  # qgate's evaluator, static 640 (the reference number)
 
@@ -36,6 +36,7 @@ OWN_MODEL = {  # the README's "Judge your own detector" recipe, pointed at the r
               "data_dir": str(REFERENCE / "data" / "coco128"), "imgsz": 640},
     # COCO128 has no calibration split: calibrate on train, which is also val, and say so
     "quantize": {"calibration_split": "train", "allow_val_calibration": True},
+    "benchmark": QUICK_BENCHMARK,
 }
 
 

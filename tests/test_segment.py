@@ -17,7 +17,7 @@ from qgate.cocoeval import coco_map
 from qgate.dataset import load_dataset, split_images, ultralytics_yaml
 from qgate.evaluator import evaluate
 from qgate.tasks import task_for
-from tests.conftest import failed_in_table, gate_own_model, table_results
+from tests.conftest import QUICK_BENCHMARK, failed_in_table, gate_own_model, table_results
 from tests.test_reference import REFERENCE
 
 pytestmark = [
@@ -36,7 +36,7 @@ SEGMENT_MODEL = {  # the README's own-model recipe, pointed at the segmentation 
     # CI time: each autofix evaluation at 640 costs ~20 s here and 128 images resolve no group's gain (12
     # evaluations measured, none kept); two show the search runs on masks
     "autofix": {"max_evaluations": 2},
-    "benchmark": {"seconds": 2},  # the speed gate is not what this test is about
+    "benchmark": QUICK_BENCHMARK,
 }
 PARITY_IMAGES = 32  # Ultralytics' save_json mask steps cost ~0.45 s an image at 640: a subset keeps CI short
 

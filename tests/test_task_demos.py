@@ -17,7 +17,7 @@ from qgate.dataset import load_dataset, split_images, ultralytics_yaml
 from qgate.evaluator import evaluate
 from qgate.tasks import task_for
 from stages.demo_train import ULTRALYTICS_RESULTS
-from tests.conftest import gate_own_model, table_results
+from tests.conftest import QUICK_BENCHMARK, gate_own_model, table_results
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -27,8 +27,7 @@ TASKS = ("segment", "pose")
 @pytest.fixture(scope="module", params=TASKS)
 def task_demo(request, tmp_path_factory) -> tuple[str, Path, subprocess.CompletedProcess]:
     """A copy of the checkout with `demo.task` set, after `make gate` (trains that task's demo model)."""
-    # default gates; 2-s benchmark runs (not 5) save CI time, the speed gate still judges their interval
-    recipe = {"demo": {"task": request.param}, "benchmark": {"seconds": 2}}
+    recipe = {"demo": {"task": request.param}, "benchmark": QUICK_BENCHMARK}  # default gates
     checkout, done = gate_own_model(tmp_path_factory.mktemp(f"{request.param}_demo"), recipe)
     return request.param, checkout, done
 
