@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,6 @@ import yaml
 from qgate.errors import QgateError
 from qgate.io import read_yaml
 
-log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 COORD_TOLERANCE = 1e-6  # float noise in label files written by other tools
@@ -40,6 +38,18 @@ def load_dataset(yaml_path: str | Path) -> Dataset:
         raise QgateError(f"{yaml_path}: no 'names' list; add the class names")
     return Dataset(yaml_path, _resolve_root(yaml_path, spec.get("path", ".")), tuple(map(str, names)),
                    {k: spec[k] for k in ("train", "val", "test", "calib") if spec.get(k)})
+
+
+def kpt_oks_sigmas(yaml_path: str | Path, count: int) -> list[float]:
+    """The dataset yaml's own OKS sigmas (`kpt_oks_sigmas`, one per keypoint, as Ultralytics reads them), or []."""
+    sigmas = read_yaml(yaml_path, "dataset yaml not found; set model.dataset in params.yaml").get("kpt_oks_sigmas")
+    if sigmas is None:
+        return []
+    if not (isinstance(sigmas, list) and len(sigmas) == count
+            and all(isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in sigmas)):
+        raise QgateError(f"{yaml_path}: kpt_oks_sigmas must be {count} positive numbers, one per keypoint of the "
+                         f"model's kpt_shape; got {str(sigmas)[:80]}: fix the list or remove the key")
+    return [float(s) for s in sigmas]
 
 
 def _names_by_id(yaml_path: Path, names: dict) -> list[str]:

@@ -13,8 +13,8 @@ import numpy as np
 
 from qgate.compare import match
 from qgate import keypoints
-from qgate.dataset import (coco_ground_truth, coco_keypoint_truth, coco_segment_truth, read_keypoints, read_labels,
-                           read_segments)
+from qgate.dataset import (coco_ground_truth, coco_keypoint_truth, coco_segment_truth, kpt_oks_sigmas, read_keypoints,
+                           read_labels, read_segments)
 from qgate.errors import QgateError
 from qgate.heads import HEADS, Postprocess, RawHead
 from qgate.masks import grid_masks, instance_masks, mask_iou, paired_mask_iou, rle
@@ -46,9 +46,9 @@ class Detect:
         return cls(head_class())
 
     @classmethod
-    def export_fields(cls, model, checkpoint) -> dict:
-        """What the export record keeps about this task's outputs (from the exported ov.Model and the
-        Ultralytics checkpoint); boxes need nothing."""
+    def export_fields(cls, model, checkpoint, dataset_yaml: Path) -> dict:
+        """What the export record keeps about this task's outputs (from the exported ov.Model, the Ultralytics
+        checkpoint and the dataset yaml it is judged on); boxes need nothing."""
         return {}
 
     @classmethod
@@ -115,7 +115,7 @@ class Segment(Detect):
         return cls(head_class(cls.extra_columns(record)), record["imgsz"])
 
     @classmethod
-    def export_fields(cls, model, checkpoint) -> dict:
+    def export_fields(cls, model, checkpoint, dataset_yaml: Path) -> dict:
         """The prototypes' count and grid, from output 1 [1, c, h, w]."""
         _, count, *grid = (int(d) for d in model.outputs[1].get_shape())
         return {"mask_coefficients": count, "mask_grid": grid}
@@ -169,26 +169,31 @@ class Pose(Detect):
     """Boxes and keypoints: output 0 carries each anchor's keypoints after the class scores, already decoded
     to input pixels (x, y and a visibility score per keypoint when `kpt_shape` has 3 values).
 
-    Keypoints are scored by pycocotools `keypoints` (OKS; COCO's sigmas for 17-keypoint COCO pose, equal ones
-    otherwise, as Ultralytics does), the object area being the box's x 0.53 (Ultralytics' rule for box labels).
+    Keypoints are scored by pycocotools `keypoints` (OKS; the dataset yaml's `kpt_oks_sigmas` when it sets them,
+    else COCO's sigmas for 17-keypoint COCO pose and equal ones otherwise, as Ultralytics does), the object area
+    being the box's x 0.53 (Ultralytics' rule for box labels).
     """
 
     name = "pose"
     metrics = TASK_METRICS["pose"]
 
-    def __init__(self, head, kpt_shape: tuple[int, int]):
+    def __init__(self, head, kpt_shape: tuple[int, int], kpt_oks_sigmas: list[float] | None = None):
         self.head, self.kpt_shape = head, tuple(kpt_shape)
-        self.sigmas = keypoints.sigmas(self.kpt_shape)
+        self.sigmas = np.array(kpt_oks_sigmas) if kpt_oks_sigmas else keypoints.sigmas(self.kpt_shape)
 
     @classmethod
     def from_record(cls, record: dict, head_class) -> Pose:
-        """The task with the record's head layout, carrying its keypoints, and the record's `kpt_shape`."""
-        return cls(head_class(cls.extra_columns(record)), record["kpt_shape"])
+        """The task with the record's head layout, carrying its keypoints, its `kpt_shape` and the dataset's own
+        sigmas when the record has them."""
+        return cls(head_class(cls.extra_columns(record)), record["kpt_shape"], record.get("kpt_oks_sigmas"))
 
     @classmethod
-    def export_fields(cls, model, checkpoint) -> dict:
-        """The keypoint shape [count, 2 or 3], from the checkpoint (the graph gives only their product)."""
-        return {"kpt_shape": [int(v) for v in checkpoint.model.kpt_shape]}
+    def export_fields(cls, model, checkpoint, dataset_yaml: Path) -> dict:
+        """The keypoint shape [count, 2 or 3], from the checkpoint (the graph gives only their product), and the
+        dataset yaml's `kpt_oks_sigmas` when it sets them."""
+        kpt_shape = [int(v) for v in checkpoint.model.kpt_shape]
+        sigmas = kpt_oks_sigmas(dataset_yaml, kpt_shape[0])
+        return {"kpt_shape": kpt_shape} | ({"kpt_oks_sigmas": sigmas} if sigmas else {})
 
     @classmethod
     def extra_columns(cls, fields: dict) -> int:

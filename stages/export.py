@@ -1,4 +1,4 @@
-"""Ultralytics detection .pt -> static ONNX -> FP32 OpenVINO IR, plus an export record (hashes, ops, classes)."""
+"""Ultralytics .pt -> static ONNX -> FP32 OpenVINO IR, plus an export record (hashes, ops, classes, task fields)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def main(params: Params) -> dict:
         log.info("[2/2] export: ONNX -> FP32 OpenVINO IR")
         ir = _convert(onnx_path, params)
         task = TASKS[model.task]
-        fields = task.export_fields(ir, model)
+        fields = task.export_fields(ir, model, Path(params.model.dataset))
         layout = output_layout(ir, len(model.names), params.model.weights, task.extra_columns(fields))
         ov.save_model(ir, staging / FP32_IR_NAME, compress_to_fp16=False)  # default would halve weights to FP16
         record = _record(params, model.names, ir, staging) | fields | {"task": model.task, "head_layout": layout,

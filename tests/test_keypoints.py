@@ -1,11 +1,16 @@
 """Pose keypoints: decode equal to Ultralytics' own post-processing, OKS scoring checked on hand-made and real
 COCO8-pose labels (a keypoint with visibility 0, an image without instances)."""
 
+import json
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
+import yaml
 
 from qgate.cocoeval import coco_map
 from qgate.dataset import read_keypoints
+from qgate.errors import QgateError
 from qgate.heads import Postprocess, RawHead
 from qgate.keypoints import COCO_SIGMAS, sigmas
 from qgate.tasks import Letterbox, Pose
@@ -50,12 +55,21 @@ def _person(tmp_path, values: np.ndarray) -> None:
     (tmp_path / "labels" / "a.txt").write_text(line + "\n")
 
 
-def test_oks_mean_ap_counts_only_labelled_keypoints_and_ignores_an_empty_image(tmp_path):
+def _pose_task(folder, own_sigmas: list[float] | None) -> Pose:
+    """The pose task as the export record builds it, judged on a dataset yaml with or without its own sigmas."""
+    yaml_path = folder / "pose.yaml"
+    yaml_path.write_text(yaml.safe_dump({"names": ["person"]} | ({"kpt_oks_sigmas": own_sigmas} if own_sigmas else {})))
+    fields = Pose.export_fields(None, SimpleNamespace(model=SimpleNamespace(kpt_shape=list(KPT_SHAPE))), yaml_path)
+    return Pose.from_record(json.loads(json.dumps(fields)), RawHead)  # through the record's JSON
+
+
+@pytest.mark.parametrize("own_sigmas", [None, (COCO_SIGMAS * 0.7).tolist()], ids=["coco", "dataset_yaml"])
+def test_oks_mean_ap_counts_only_labelled_keypoints_and_ignores_an_empty_image(tmp_path, own_sigmas):
     rng = np.random.default_rng(1)
     points = np.c_[rng.uniform(0.35, 0.65, 17), rng.uniform(0.15, 0.85, 17), np.full(17, 2.0)]
     points[3] = [0.0, 0.0, 0.0]  # an unlabelled keypoint: never compared
     _person(tmp_path, points)
-    task = Pose(RawHead(51), KPT_SHAPE)
+    task = _pose_task(tmp_path, own_sigmas)
     shapes = [(200, 100), (200, 100)]
     truth = task.ground_truth([tmp_path / "images/a.jpg", tmp_path / "images/b.jpg"], shapes, ("person",))
     assert truth["annotations"][0]["num_keypoints"] == 16 and len(truth["annotations"]) == 1
@@ -64,8 +78,13 @@ def test_oks_mean_ap_counts_only_labelled_keypoints_and_ignores_an_empty_image(t
     area = 40 * 160 * 0.53
     labelled = np.arange(17) != 3
     d2 = ((guess - points[:, :2] * [100, 200]) ** 2).sum(1)
-    oks = np.exp(-d2 / ((2 * COCO_SIGMAS) ** 2 * 2 * area))[labelled].mean()
-    expected = np.mean([oks >= t for t in np.linspace(0.5, 0.95, 10)])
+
+    def mean_ap(sigmas: np.ndarray) -> float:
+        oks = np.exp(-d2 / ((2 * sigmas) ** 2 * 2 * area))[labelled].mean()
+        return np.mean([oks >= t for t in np.linspace(0.5, 0.95, 10)])
+
+    expected = mean_ap(np.array(own_sigmas) if own_sigmas else COCO_SIGMAS)
+    assert own_sigmas is None or expected != mean_ap(COCO_SIGMAS)  # the dataset's sigmas change the score
     pose = {"image_id": 0, "category_id": 1, "bbox": [30, 20, 40, 160], "score": 0.9,
             "keypoints": np.c_[guess, np.ones(17)].ravel().tolist()}
     stray = {**pose, "image_id": 1, "score": 0.1}  # a detection on the image without instances, scored last
@@ -77,6 +96,13 @@ def test_oks_mean_ap_counts_only_labelled_keypoints_and_ignores_an_empty_image(t
 def test_sigmas_follow_ultralytics_rule():
     assert sigmas((17, 3)) is COCO_SIGMAS
     np.testing.assert_allclose(sigmas((4, 2)), [0.25] * 4)
+
+
+@pytest.mark.parametrize("own_sigmas", [[0.5] * 16, [0.5] * 16 + [0], "0.5"])
+def test_a_dataset_yaml_s_sigmas_that_do_not_fit_the_keypoints_are_a_one_line_error(tmp_path, own_sigmas):
+    with pytest.raises(QgateError, match=r"pose.yaml: kpt_oks_sigmas must be 17 positive numbers") as error:
+        _pose_task(tmp_path, own_sigmas)
+    assert "\n" not in str(error.value)
 
 
 @pytest.mark.skipif(not (REFERENCE / "data" / "coco8-pose").exists(), reason=f"no COCO8-pose at {REFERENCE}")
