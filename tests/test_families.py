@@ -23,7 +23,8 @@ from qgate.mixed import quantizer_groups, revert
 from qgate.precision import WEIGHTED_TYPES
 from qgate.task_metrics import BOX, KEYPOINTS as POSE, MASK, TASK_METRICS
 from stages.demo_data import DEMO_LABELS
-from tests.conftest import DEMO_CLASSES, error_line, make_dataset, stage, stage_in_process, write_params
+from tests.conftest import (DEMO_CLASSES, assert_fails_cleanly, error_line, make_dataset, stage, stage_in_process,
+                            write_params)
 
 FAMILIES_FILE = Path(__file__).resolve().parent / "families.yaml"
 FAMILIES = yaml.safe_load(FAMILIES_FILE.read_text())["families"]
@@ -133,3 +134,15 @@ def test_unsupported_family_is_a_clear_error(tmp_path, family):
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert family["error"] in error_line(result) and "tiny.pt" in error_line(result)
     assert not (tmp_path / "metrics/export_record.json").exists()
+
+
+@pytest.mark.model
+def test_a_pose_dataset_whose_sigmas_do_not_fit_the_keypoints_stops_export_in_one_line(tmp_path):
+    weights = tiny_detector(tmp_path / "model", "v8/yolov8-pose.yaml", task="pose")
+    dataset = make_dataset(tmp_path / "data", images=1, task="pose")
+    spec = yaml.safe_load(dataset.read_text())
+    dataset.write_text(yaml.safe_dump({**spec, "kpt_oks_sigmas": [0.1] * (spec["kpt_shape"][0] + 1)}))
+    write_params(tmp_path, weights, dataset)
+    line = assert_fails_cleanly("export", tmp_path, [f"{dataset}: kpt_oks_sigmas must be {spec['kpt_shape'][0]} "
+                                                     "positive numbers", "remove the key"], "metrics/export_record.json")
+    assert not (tmp_path / "models/export").exists(), line  # the IR is not left half-written either
