@@ -143,6 +143,6 @@ def test_a_pose_dataset_whose_sigmas_do_not_fit_the_keypoints_stops_export_in_on
     spec = yaml.safe_load(dataset.read_text())
     dataset.write_text(yaml.safe_dump({**spec, "kpt_oks_sigmas": [0.1] * (spec["kpt_shape"][0] + 1)}))
     write_params(tmp_path, weights, dataset)
-    line = assert_fails_cleanly("export", tmp_path, [f"{dataset}: kpt_oks_sigmas must be {spec['kpt_shape'][0]} "
-                                                     "positive numbers", "remove the key"], "metrics/export_record.json")
+    expected = [f"{dataset}: kpt_oks_sigmas must be {spec['kpt_shape'][0]} positive numbers", "remove the key"]
+    line = assert_fails_cleanly("export", tmp_path, expected, "metrics/export_record.json")
     assert not (tmp_path / "models/export").exists(), line  # the IR is not left half-written either
