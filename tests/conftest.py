@@ -344,6 +344,12 @@ def plant_range_fault(project: Path, layer: str, factor: float = 0.05) -> None:
 BACKBONE_FAULT = "/model.6/cv1/conv/Conv/WithoutBiases"  # mid-backbone in v8 (C2f) and v11 (C3k2): a real fault site
 
 
+def judge(project: Path) -> subprocess.CompletedProcess:
+    """`python -m qgate.judge` in a checkout copy, with its own code and venv as `make gate` judges; the process."""
+    return subprocess.run([str(project / ".venv/bin/python"), "-m", "qgate.judge"], cwd=project, capture_output=True,
+                          text=True, timeout=600)
+
+
 def divergence_and_ranking(project: Path) -> tuple[dict, list[str], dict]:
     """Run the divergence and sensitivity stages in `project`: divergence metrics, divergent layers, ranking metrics."""
     for name in ("divergence", "sensitivity"):

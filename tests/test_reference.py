@@ -16,7 +16,7 @@ import yaml
 from qgate.dataset import coco_ground_truth, load_dataset, split_images, ultralytics_yaml
 from qgate.cocoeval import coco_map
 from tests.conftest import (BACKBONE_FAULT, QUICK_BENCHMARK, ROOT, divergence_and_ranking, failed_in_table,
-                            gate_own_model, plant_range_fault)
+                            gate_own_model, judge, plant_range_fault)
 
 REFERENCE_FP32_MAP50_95 = 0.4697  # qgate's evaluator, static 640 (the reference number)
 
@@ -157,8 +157,7 @@ def test_a_backbone_fault_is_the_layer_named_and_the_ranking_agrees(gated, tmp_p
     _, divergent, ranking = divergence_and_ranking(planted)
     assert divergent == [BACKBONE_FAULT], divergent
     assert ranking["lead_divergent_layer"] == BACKBONE_FAULT and ranking["lead_divergent_rank"] == 1, ranking
-    judged = subprocess.run([str(planted / ".venv/bin/python"), "-m", "qgate.judge"], cwd=planted,
-                            capture_output=True, text=True, timeout=600)
+    judged = judge(planted)
     todo = judged.stdout.split("What to do:", 1)[-1]
     block = next(b for b in todo.split("\n\n") if "drift_detection_error" in b)
     assert f"look at: divergent layer {BACKBONE_FAULT} (" in block and "rank #1 in" in block, block

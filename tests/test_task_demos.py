@@ -20,7 +20,7 @@ from qgate.evaluator import evaluate
 from qgate.tasks import task_for
 from stages.demo_train import ULTRALYTICS_RESULTS
 from tests.conftest import (QUICK_BENCHMARK, divergence_and_ranking, failed_in_table, gate_own_model,
-                            plant_range_fault, stage, table_results)
+                            judge, plant_range_fault, stage, table_results)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -109,8 +109,7 @@ def test_a_fault_that_breaks_only_the_task_s_own_output_fails_its_gate_and_is_na
     # (9.2 dB lost there unplanted) was divergent too once
     assert divergent[0] == layer, divergent
     assert ranking["lead_divergent_layer"] == layer and ranking["lead_divergent_rank"] == 1, ranking
-    judged = subprocess.run([str(planted / ".venv/bin/python"), "-m", "qgate.judge"], cwd=planted,
-                            capture_output=True, text=True, timeout=600)
+    judged = judge(planted)
     own_gate = f"accuracy_{own.key('map50_95_drop')}"
     failed = failed_in_table(judged.stdout)
     assert own_gate in failed and "accuracy_map50_95_drop" not in failed, judged.stdout[-3000:]

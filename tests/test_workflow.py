@@ -82,8 +82,8 @@ def test_a_fork_judges_its_own_model_on_a_fresh_runner_then_fails_in_one_line_wi
     """A fork judges a YOLO11n of its own (weights and data in DVC, a local-directory DVC remote, a bare origin).
     A new clone of that origin (no DVC cache) runs every `run:` step of the gate job: a verdict on that model, no
     demo stage; then the promote job registers it. Its `make setup` step finds this checkout's venv (a fresh
-    clone's own install is what `.ci/run` and the README check do first: ~2.3 min not paid twice). With the remote emptied, the same job fails in
-    one line naming the missing files, within a minute.
+    clone's own install is what `.ci/run` and the README check do first: ~2.3 min not paid twice). With the remote
+    emptied, the same job fails in one line naming the missing files, within a minute.
 
     The job's test step runs in the clone with one file selected (PYTEST_ADDOPTS): this session runs the rest.
     """
