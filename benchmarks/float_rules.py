@@ -8,6 +8,8 @@ metric and of box mAP50-95 with their 95% intervals, the speed-up, and the CPU.
 
     python benchmarks/float_rules.py PROJECT            # PROJECT: a checkout after `make gate`
     python benchmarks/float_rules.py PROJECT --speed    # and benchmark_app's speed-up per setting
+    python benchmarks/float_rules.py PROJECT --also-float-types ConvolutionBackpropData --only "head decode (default)"
+        # adds a setting: the default plus every op of these types float (a segment head's prototype upsample)
 """
 
 from __future__ import annotations
@@ -63,12 +65,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("project", type=Path, help="a checkout after `make gate`")
     parser.add_argument("--speed", action="store_true", help="also run benchmark_app per setting")
+    parser.add_argument("--also-float-types", nargs="+", default=[], metavar="TYPE",
+                        help="add a setting: the default rules plus every op of these OpenVINO types float")
+    parser.add_argument("--only", nargs="+", default=list(SETTINGS), metavar="SETTING",
+                        help="run only these of the built-in settings")
     args = parser.parse_args()
     project = args.project.resolve()
     task = recorded(project / "metrics" / "export_record.json")
     own = task.primary
+    settings = {name: SETTINGS[name] for name in args.only}
+    if args.also_float_types:
+        name = "head decode + " + ", ".join(args.also_float_types) + " ops"
+        settings[name] = {**SETTINGS["head decode (default)"], "ignored_scope": {"types": args.also_float_types}}
     rows = []
-    for name, quantize in SETTINGS.items():
+    for name, quantize in settings.items():
         with tempfile.TemporaryDirectory() as tmp:
             rows.append((name, run_setting(project, Path(tmp), quantize, args.speed)))
             print(name, json.dumps({k: v for k, v in rows[-1][1]["int8"].items() if "drop" in k}), flush=True)
@@ -76,12 +86,13 @@ def main() -> None:
     print(f"\n{project.name}: {task.name} model, imgsz {record['imgsz']}, its params.yaml otherwise; CPU: "
           f"{describe(cpu_info())}, {os.cpu_count()} cores\n")
     families = [own, *(family for family in task.scored if family is not own)]  # the task's own metric first
-    print("| setting | ops float by rule | " + " | ".join(f"{f.title()} drop [95%]" for f in families)
+    print("| setting | ops float by rule or scope | " + " | ".join(f"{f.title()} drop [95%]" for f in families)
           + (" | speed-up [95%] |" if args.speed else " |"))
     print("|---|---|" + "---|" * len(families) + ("---|" if args.speed else ""))
     for name, metrics in rows:
         quantized = metrics["quantize"]
-        cells = [name, str(quantized["ops_float_by_decode_rule"] + quantized["ops_float_by_output_layer_rule"])]
+        kept = ("ops_float_by_decode_rule", "ops_float_by_output_layer_rule", "ops_ignored_by_scope")
+        cells = [name, str(sum(quantized[key] for key in kept))]
         cells += [_drop(metrics["int8"], family) for family in families]
         if args.speed:
             bench = metrics["benchmark"]
