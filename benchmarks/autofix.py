@@ -39,6 +39,7 @@ from qgate.io import read_json  # noqa: E402
 from qgate.params import IgnoredScopeParams, Params, SubgraphParams  # noqa: E402
 from qgate.artifacts import fixed_ir, fp32_ir, int8_ir  # noqa: E402
 from qgate.precision import precision_table  # noqa: E402
+from qgate import quantization  # noqa: E402
 from stages import autofix, baseline, int8_eval, quantize, sensitivity  # noqa: E402
 
 NAIVE_SCOPE = IgnoredScopeParams(names=(), patterns=(), types=(), subgraphs=())
@@ -77,7 +78,7 @@ def run_accuracy_control(params: Params, work: Path) -> dict:
     import nncf
 
     dataset = load_dataset(params.model.dataset)
-    calibration = quantize.calibration_images(params, dataset)
+    calibration = quantization.calibration_images(params, dataset)
     val = split_images(dataset, params.baseline.split)
     calls = {"full": 0, "partial": 0}
 

@@ -39,8 +39,8 @@ from qgate.runtime import compile_model  # noqa: E402
 from qgate.params import Params, load_params  # noqa: E402
 from benchmarks.workspace import ROOT, inside, rooted  # noqa: E402
 from qgate.artifacts import fp32_ir  # noqa: E402
-from stages import quantize  # noqa: E402
-from stages.benchmark import run_benchmark_app  # noqa: E402
+from qgate import quantization  # noqa: E402
+from qgate.benchmark_app import run_benchmark_app  # noqa: E402
 
 
 def reference_params(params: Params, reference: Path) -> Params:
@@ -54,10 +54,10 @@ def reference_params(params: Params, reference: Path) -> Params:
 
 def run_qgate(params: Params, work: Path) -> tuple[Path, float]:
     dataset = load_dataset(params.model.dataset)
-    calibration = quantize.calibration_images(params, dataset)
+    calibration = quantization.calibration_images(params, dataset)
     start = time.perf_counter()
     fp32 = ov.Core().read_model(fp32_ir(params))
-    model = quantize._quantize(fp32, calibration, params, list(quantize.rule_scope(fp32, params)))
+    model = quantization.quantize_model(fp32, calibration, params, list(quantization.rule_scope(fp32, params)))
     seconds = time.perf_counter() - start
     ov.save_model(model, work / "qgate_int8.xml", compress_to_fp16=False)
     return work / "qgate_int8.xml", seconds
@@ -87,7 +87,7 @@ def run_accuracy_control(params: Params, work: Path) -> tuple[Path, float]:
 
     dataset = load_dataset(params.model.dataset)
     imgsz = params.model.imgsz
-    calibration = quantize.calibration_images(params, dataset)
+    calibration = quantization.calibration_images(params, dataset)
     val = split_images(dataset, params.baseline.split)
 
     def transform(path: Path):
@@ -101,7 +101,7 @@ def run_accuracy_control(params: Params, work: Path) -> tuple[Path, float]:
     model = nncf.quantize_with_accuracy_control(
         fp32, nncf.Dataset(calibration, transform), nncf.Dataset(val),
         validate, max_drop=0.01, preset=nncf.QuantizationPreset(params.quantize.preset),
-        subset_size=len(calibration), ignored_scope=nncf.IgnoredScope(names=list(quantize.rule_scope(fp32, params))))
+        subset_size=len(calibration), ignored_scope=nncf.IgnoredScope(names=list(quantization.rule_scope(fp32, params))))
     seconds = time.perf_counter() - start
     ov.save_model(model, work / "nncf_ac_int8.xml", compress_to_fp16=False)
     return work / "nncf_ac_int8.xml", seconds

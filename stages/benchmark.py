@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,8 @@ from qgate.cli import run_stage
 from qgate.cpu import cpu_info
 from qgate.errors import QgateError
 from qgate.intervals import Interval, ratio_interval
-from qgate.io import read_json, sha256_file, write_json
+from qgate.benchmark_app import run_benchmark_app
+from qgate.io import sha256_file, write_json
 from qgate.params import BenchmarkParams, Params
 from qgate.artifacts import export_record, fixed_ir, fp32_ir, int8_ir, int8_ir_sha256, require_int8_ir
 from qgate.runtime import compile_model, measured_precision
@@ -106,36 +105,6 @@ def fixed_needed(params: Params) -> bool:
 def bf16_supported(device: str) -> bool:
     """Whether the device can run float layers in BF16 (it falls back to f32 silently otherwise)."""
     return "BF16" in ov.Core().get_property(device, "OPTIMIZATION_CAPABILITIES")
-
-
-def run_benchmark_app(ir: Path, precision: str, cfg: BenchmarkParams, report_dir: Path, imgsz: int) -> dict:
-    """One benchmark_app run; returns latency (median, ms), throughput (FPS) and iterations."""
-    report_dir.mkdir(parents=True, exist_ok=True)  # benchmark_app crashes after the run if it is missing
-    command = [str(Path(sys.executable).parent / "benchmark_app"), "-m", str(ir), "-d", cfg.device,
-               "-hint", cfg.hint, "-t", str(cfg.seconds), "-infer_precision", precision,
-               "-report_type", "no_counters", "-report_folder", str(report_dir), "-json_stats"]
-    if cfg.batch > 1:
-        command += ["-shape", f"[{cfg.batch},3,{imgsz},{imgsz}]"]
-    done = subprocess.run(command, capture_output=True, text=True)
-    report = report_dir / "benchmark_report.json"
-    if done.returncode != 0 or not report.is_file():
-        raise QgateError(f"{ir}: benchmark_app failed (exit {done.returncode}): {_error_text(done)}")
-    results = read_json(report)["execution_results"]
-    return {"latency_ms": float(results["latency (ms)"]), "fps": float(results["throughput"]),
-            "iterations": int(results["total number of iterations"])}
-
-
-def _error_text(done: subprocess.CompletedProcess) -> str:
-    """benchmark_app's own error, on one line: from its first error line to the end, tracebacks dropped."""
-    lines = [line.strip() for line in (done.stdout + "\n" + done.stderr).splitlines() if line.strip()]
-    first = next((i for i, line in enumerate(lines) if "[ ERROR ]" in line or line.startswith(("RuntimeError",
-                  "Exception"))), max(len(lines) - 3, 0))
-    message = []
-    for line in lines[first:]:
-        if line.startswith(("Traceback", 'File "')):
-            break
-        message.append(line)
-    return " ".join(message)[:400]
 
 
 def _summarize(results: dict, runs: dict, cfg: BenchmarkParams, record: dict, params: Params) -> dict:
