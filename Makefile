@@ -16,7 +16,7 @@ TORCH_INDEX := $(VENV)/.torch_index
 PIP := $(BIN)/pip install --disable-pip-version-check -q
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast inputs repro gate sample report pull promote lint clean FORCE
+.PHONY: help setup test test-fast inputs repro gate tune sample report pull promote lint clean FORCE
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 22
@@ -60,6 +60,10 @@ repro: inputs  ## run the DVC stages the gates need (with the default params: th
 
 gate: repro  ## pipeline, then the gates (JUnit XML), the report and a verdict table; non-zero when a gate fails
 	$(BIN)/python -m qgate.judge
+
+tune: inputs  ## search quantize settings for the fastest INT8 model that passes the gates (docs/tune.md); prints the block
+	$(BIN)/dvc repro $(DVC_REPRO_FLAGS) tune/dvc.yaml
+	@cat reports/tune_quantize.yaml
 
 sample: repro  ## the README's verdict output and docs/sample/report.{html,png} (headless Chromium) from the metrics
 	$(BIN)/python -m qgate.sample

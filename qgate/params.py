@@ -110,6 +110,7 @@ class QuantizeParams:
     model_type: str
     subset_size: int
     fast_bias_correction: bool
+    range_estimator: str
     calibration_split: str
     allow_val_calibration: bool
     seed: int
@@ -205,6 +206,34 @@ class AutofixParams:
 
 
 @dataclass(frozen=True)
+class TuneSpaceParams:
+    """`tune.space:` the quantize values to try; every combination is a candidate."""
+
+    preset: tuple[str, ...]
+    model_type: tuple[str, ...]
+    fast_bias_correction: tuple[bool, ...]
+    range_estimator: tuple[str, ...]
+    subset_size: tuple[int, ...]
+    keep_decode_float: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class TuneParams:
+    """`tune:` the fastest INT8 model whose accuracy passes the gates, searched over quantize settings."""
+
+    space: TuneSpaceParams
+    first_images: int
+    finalists: int
+    max_evaluations: int
+    max_seconds: float
+    seed: int
+    # outputs: fixed paths, not keys
+    csv = "reports/tune.csv"
+    block = "reports/tune_quantize.yaml"
+    metrics = "metrics/tune.json"
+
+
+@dataclass(frozen=True)
 class GatesParams:
     """`gates:` every threshold `make gate` judges the metrics with (null switches an optional gate off)."""
 
@@ -265,6 +294,7 @@ class Params:
     divergence: DivergenceParams
     sensitivity: SensitivityParams
     autofix: AutofixParams
+    tune: TuneParams
     gates: GatesParams
     promote: PromoteParams
     compute: ComputeParams

@@ -14,6 +14,8 @@ from qgate.errors import QgateError
 INFERENCE_PRECISIONS = ("f32", "bf16", "f16")
 REGISTRY_NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9-/_]*[a-zA-Z0-9])?")  # gto.constants' artifact/stage rule
 RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5}")  # a Ray client or GCS address: host:port
+RANGE_ESTIMATORS = ("default", "minmax", "mean_minmax", "median_minmax", "mean_no_outliers_minmax", "mean_quantile",
+                    "histogram")  # `default`: NNCF's for the preset; the others: nncf's RangeEstimatorParametersSet
 MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
 
 
@@ -30,6 +32,7 @@ def check_values(params: Any, path: Path) -> None:
         raise QgateError(f"{path}: 'demo.classes' must list at least one class")
     _one_of(path, "quantize.preset", params.quantize.preset, ("performance", "mixed"))
     _one_of(path, "quantize.model_type", params.quantize.model_type, ("none", "transformer"))
+    _one_of(path, "quantize.range_estimator", params.quantize.range_estimator, RANGE_ESTIMATORS)
     _one_of(path, "benchmark.hint", params.benchmark.hint, ("throughput", "latency"))
     for key in ("subset_size",):
         if getattr(params.quantize, key) < 1:
@@ -53,6 +56,7 @@ def check_values(params: Any, path: Path) -> None:
     _check_statistics(params, path)
     _check_promote(params, path)
     _check_compute(params.compute, path)
+    _check_tune(params.tune, path)
 
 
 def _check_promote(params: Any, path: Path) -> None:
@@ -63,6 +67,29 @@ def _check_promote(params: Any, path: Path) -> None:
                              "ending with a letter or digit (GTO's rule for artifact and stage names)")
     for key in ("bump", "bump_new_model"):
         _one_of(path, f"promote.{key}", getattr(params.promote, key), ("patch", "minor", "major"))
+
+
+def _check_tune(tune: Any, path: Path) -> None:
+    """A search space with at least one value per key, each one valid for `quantize:`, and a budget."""
+    choices = {"preset": ("performance", "mixed"), "model_type": ("none", "transformer"),
+               "range_estimator": RANGE_ESTIMATORS}
+    for key in ("preset", "model_type", "fast_bias_correction", "range_estimator", "subset_size", "keep_decode_float"):
+        values = getattr(tune.space, key)
+        if not values:
+            raise QgateError(f"{path}: 'tune.space.{key}' is empty; list at least one value (e.g. the one "
+                             f"quantize.{key} has)")
+        for value in values:
+            if key in choices:
+                _one_of(path, f"tune.space.{key}", value, choices[key])
+            if key == "subset_size" and value < 1:
+                raise QgateError(f"{path}: 'tune.space.subset_size' has {value}; use calibration image counts >= 1")
+    for key in ("first_images", "finalists", "max_evaluations"):
+        if getattr(tune, key) < 1:
+            raise QgateError(f"{path}: 'tune.{key}' is {getattr(tune, key)}; use an integer >= 1"
+                             + (" (one evaluation is one candidate scored on one subset)"
+                                if key == "max_evaluations" else ""))
+    if tune.max_seconds <= 0:
+        raise QgateError(f"{path}: 'tune.max_seconds' is {tune.max_seconds}; use a wall-time budget > 0, e.g. 1800")
 
 
 def _check_compute(compute: Any, path: Path) -> None:

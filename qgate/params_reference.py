@@ -109,9 +109,18 @@ def _rows(prefix: str, values: dict, docs: dict[str, str], tracked: dict[str, li
     return rows
 
 
+PIPELINES = ("dvc.yaml", "tune/dvc.yaml")  # `make tune`'s pipeline is a file of its own
+
+
+def pipeline_stages(root: Path = Path(".")) -> dict:
+    """Every stage of the project's pipelines, as one dvc.yaml mapping."""
+    return {"stages": {name: spec for pipeline in PIPELINES
+                       for name, spec in yaml.safe_load((root / pipeline).read_text())["stages"].items()}}
+
+
 def main(out: Path = REFERENCE) -> str:
     """Write the reference page; return its text."""
-    text = reference(DEFAULTS.read_text(), yaml.safe_load(Path("dvc.yaml").read_text()))
+    text = reference(DEFAULTS.read_text(), pipeline_stages())
     write_text(out, text)
     return text
 

@@ -77,6 +77,29 @@ def test_baseline_and_int8_eval_on_ray_match_local(tmp_path, quantized_project, 
         assert _metrics(remote / name) == _metrics(local / name), name
 
 
+RACED = ("candidate", "status", "why", "images", "evaluations", "map50_95_drop", "map50_95_drop_ci_low",
+         "map50_95_drop_ci_high")  # tune.csv's racing columns: the speed ones are benchmark_app's, on the driver
+
+
+def test_tune_races_the_same_candidates_on_ray(tmp_path, quantized_project, tiny_weights, ray_cluster):
+    """tune's INT8 models exist only in memory and are predicted a subset at a time: every candidate scores the
+    same on the cluster, subset by subset, and stops for the same reason."""
+    import csv
+
+    tune = {"tune__space": {"preset": ["mixed", "performance"], "model_type": ["none"],
+                            "fast_bias_correction": [True], "range_estimator": ["default", "mean_minmax"],
+                            "subset_size": [300], "keep_decode_float": [True]}, "tune__first_images": 2}
+    local = copy_project(quantized_project, tmp_path / "local", tiny_weights, **tune)
+    remote = copy_project(quantized_project, tmp_path / "ray", tiny_weights, **tune, **ray_compute(ray_cluster))
+    tables = []
+    for project in (local, remote):
+        _run(project, "tune")
+        with open(project / "reports/tune.csv") as handle:
+            tables.append([{key: row[key] for key in RACED} for row in csv.DictReader(handle)])
+    assert tables[0] == tables[1] and len(tables[0]) == 4
+    assert [row["status"] for row in tables[0]] == ["passed", "same model", "passed", "same model"]
+
+
 def test_an_autofix_candidate_evaluates_the_same_on_ray(quantized_project, ray_cluster):
     """Autofix's models exist only in memory (reverted groups): they travel as IR bytes and score the same."""
     import openvino as ov

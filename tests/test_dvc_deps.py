@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from qgate.params_reference import pipeline_stages
 from tests.conftest import ROOT
 
 PACKAGES = ("qgate", "stages")
@@ -46,7 +47,7 @@ def code_closure(module: str) -> set[str]:
         "qgate/__init__.py", "stages/__init__.py"}
 
 
-STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+STAGES = pipeline_stages(ROOT)["stages"]  # tune's pipeline file too: it runs from the root (wdir ..)
 
 
 @pytest.mark.parametrize("name", list(STAGES))

@@ -72,6 +72,17 @@ def test_repository_params_load():
                      id="registry-stage"),
         pytest.param(lambda p: p["promote"].update(bump="huge"), "'promote.bump' is 'huge'; use one of patch, minor",
                      id="bump-rule"),
+        pytest.param(lambda p: p["tune"]["space"].update(preset=[]), "'tune.space.preset' is empty; list at least one",
+                     id="tune-empty-space"),
+        pytest.param(lambda p: p["tune"]["space"].update(range_estimator=["default", "minmaxx"]),
+                     "'tune.space.range_estimator' is 'minmaxx'; use one of default, minmax", id="tune-unknown-estimator"),
+        pytest.param(lambda p: p["quantize"].update(range_estimator="median"),
+                     "'quantize.range_estimator' is 'median'; use one of default", id="unknown-estimator"),
+        pytest.param(lambda p: p["tune"].update(max_evaluations=0),
+                     "'tune.max_evaluations' is 0; use an integer >= 1 (one evaluation is one candidate scored on one "
+                     "subset)", id="tune-budget-below-one-evaluation"),
+        pytest.param(lambda p: p["tune"].update(max_seconds=0), "'tune.max_seconds' is 0.0; use a wall-time budget > 0",
+                     id="tune-no-time"),
         pytest.param(lambda p: p["benchmark"].update(repeats=1),
                      "'repeats' >= 2 (an interval needs two pairs)", id="one-benchmark-pair"),
     ],
@@ -150,5 +161,5 @@ def test_every_key_has_a_meaning_in_the_defaults():
 
 
 def test_the_params_reference_is_current():
-    expected = params_reference.reference(DEFAULTS.read_text(), yaml.safe_load((ROOT / "dvc.yaml").read_text()))
+    expected = params_reference.reference(DEFAULTS.read_text(), params_reference.pipeline_stages(ROOT))
     assert (ROOT / REFERENCE).read_text() == expected, f"{REFERENCE} is stale: run `python -m qgate.params_reference`"

@@ -1,0 +1,294 @@
+"""Search quantize settings for the fastest INT8 model whose accuracy passes the gates: race, then speed pairs."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import logging
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import yaml
+
+from qgate.artifacts import INT8_IR_NAME, export_record, fp32_ir, model_dataset, require_output
+from qgate.backends import open_executor
+from qgate.benchmark_app import run_benchmark_app
+from qgate.cli import run_stage
+from qgate.cpu import cpu_info, describe
+from qgate.evaluator import Predictor, predict
+from qgate.heads import Postprocess
+from qgate.intervals import Interval, PairedScorer, difference
+from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
+from qgate.params import Params, TuneSpaceParams
+from qgate.pipeline import val_images
+from qgate.quantization import calibration_images, quantize_model, rule_scope
+from qgate.racing import PASSED, Budget, Candidate, Fastest, Limit, Race, fastest
+from qgate.runtime import PortableModel
+from qgate.tasks import task_for
+
+log = logging.getLogger(__name__)
+
+SPACE_KEYS = [field.name for field in dataclasses.fields(TuneSpaceParams)]
+
+
+def main(params: Params) -> dict:
+    """Race every candidate config on growing val subsets, benchmark the finalists; write the table and block."""
+    cfg = params.tune
+    for output in (cfg.csv, cfg.block, cfg.metrics):
+        Path(output).unlink(missing_ok=True)
+    record = export_record(params)
+    task = task_for(record)
+    candidates = search_space(params)
+    val = val_images(params, record)
+    start = time.perf_counter()
+    log.info("tune: %d candidates on up to %d val images (first %d)", len(candidates), len(val[0]),
+             min(cfg.first_images, len(val[0])))
+    with open_executor(params.compute) as executor:
+        scorer = SubsetScorer(params, record, val, executor)
+        race = Race(candidates, accuracy_limits(params, task), len(val[0]), cfg.first_images,
+                    Budget(cfg.max_evaluations, cfg.max_seconds), params.gates.confidence, params.gates.inconclusive)
+        race.run(scorer.score, scorer.twin)
+    passed = [c for c in candidates if c.status == PASSED]
+    result = benchmark_finalists(params, scorer, passed) if passed else None
+    seconds = time.perf_counter() - start
+    write_csv(cfg.csv, table(candidates, task, result), columns(task))
+    chosen = next((c for c in candidates if result and c.name == result.chosen), None)
+    write_text(cfg.block, quantize_block(params, task, candidates, chosen, result))
+    metrics = summary(params, task, candidates, race.evaluations, chosen, result, seconds, record)
+    write_json(cfg.metrics, metrics)
+    return metrics
+
+
+def search_space(params: Params) -> list[Candidate]:
+    """The current quantize settings first (`c0`), then every other combination of `tune.space`, in order."""
+    current = {key: getattr(params.quantize, key) for key in SPACE_KEYS}
+    grid = [dict(zip(SPACE_KEYS, values)) for values in
+            itertools.product(*(getattr(params.tune.space, key) for key in SPACE_KEYS))]
+    settings = [current, *(g for g in grid if g != current)]
+    return [Candidate(f"c{index}", values) for index, values in enumerate(settings)]
+
+
+def accuracy_limits(params: Params, task) -> list[Limit]:
+    """The drop gates `make gate` judges: one per scored metric family, each with its `gates.max_..._drop`."""
+    return [Limit(f.key(), f.title(), getattr(params.gates, f"max_{f.key('map50_95_drop')}"))
+            for f in task.metrics.scored]
+
+
+def with_settings(params: Params, settings: dict) -> Params:
+    """`params` with a candidate's quantize values."""
+    return dataclasses.replace(params, quantize=dataclasses.replace(params.quantize, **settings))
+
+
+class SubsetScorer:
+    """Each candidate quantized once and predicted once per val image; its drop scored on the first n images.
+
+    The images enter in a seeded order, so every subset holds the previous one: a candidate that goes on to a
+    larger subset is predicted on the new images only. On the whole split the image ids are the baseline's and
+    the bootstrap is int8_eval's, so a drop interval here is the one `make gate` measures for the same model.
+    """
+
+    def __init__(self, params: Params, record: dict, val: tuple[list[Path], tuple[str, ...]], executor):
+        self.params, self.record, self.executor = params, record, executor
+        self.images, self.names = val
+        self.task = task_for(record)
+        self.order = np.random.default_rng(params.tune.seed).permutation(len(self.images))
+        self.fp32 = _by_image(read_json(require_output(params.baseline.detections, "baseline")))
+        self.models: dict[str, ov.Model] = {}
+        self.fingerprints: dict[str, str] = {}  # INT8 IR hash -> the first candidate that quantized to it
+        self.predicted: dict[str, dict[int, list[dict]]] = {}
+        self.shapes: dict[int, tuple[int, int]] = {}
+        self.subsets: dict[int, tuple[PairedScorer, dict]] = {}  # size -> scorer per family and FP32's scores
+
+    def score(self, candidate: Candidate, size: int) -> tuple[dict[str, Interval], float]:
+        """The candidate's drop per metric family on the first `size` images, and its images per second."""
+        indices = sorted(int(i) for i in self.order[:size])
+        seen = self.predicted.setdefault(candidate.name, {})
+        new = [i for i in indices if i not in seen]
+        model = self.model(candidate)
+        start = time.perf_counter()
+        cfg = self.params.baseline
+        predictor = Predictor(PortableModel(model), cfg.inference_precision, self.params.model.imgsz,
+                              Postprocess(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det), self.task)
+        per_image, shapes, _ = predict(self.executor, predictor, [self.images[i] for i in new],
+                                       self.params.compute.shard_images)
+        speed = len(new) / max(time.perf_counter() - start, 1e-9)
+        for index, detections, shape in zip(new, per_image, shapes):
+            seen[index], self.shapes[index] = detections, shape
+        scorers = self._subset(indices)
+        candidate_detections = _renumbered(seen, indices)
+        level = self.params.int8_eval.ci_level
+        drops = {key: difference(fp32_scores, scorer.scores(candidate_detections)[0], level)
+                 for key, (scorer, fp32_scores) in scorers.items()}
+        log.info("tune %s on %d images: %s", candidate.name, size,
+                 ", ".join(f"{key} drop {drop.text()}" for key, drop in drops.items()))
+        return drops, speed
+
+    def twin(self, candidate: Candidate) -> str:
+        """An earlier candidate whose INT8 model is this one's: the same graph and weights ('' if none).
+
+        Op names and the IR's runtime info are left out: new ops get numbered names, and NNCF writes the settings
+        it was called with into the runtime info.
+        """
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / INT8_IR_NAME
+            ov.save_model(self.model(candidate), path, compress_to_fp16=False)
+            graph = re.sub(r'<rt_info>.*?</rt_info>| name="[^"]*"', "", path.read_text(), flags=re.DOTALL)
+            fingerprint = hashlib.sha256(graph.encode()).hexdigest() + sha256_file(path.with_suffix(".bin"))
+        first = self.fingerprints.setdefault(fingerprint, candidate.name)
+        if first == candidate.name:
+            return ""
+        del self.models[candidate.name]  # never scored: the first one's model stands for it
+        return first
+
+    def model(self, candidate: Candidate) -> ov.Model:
+        """The candidate's INT8 model, quantized on first use."""
+        if candidate.name not in self.models:
+            params = with_settings(self.params, candidate.settings)
+            log.info("tune %s: quantizing with %s", candidate.name, candidate.settings)
+            fp32 = ov.Core().read_model(fp32_ir(params))
+            calibration = calibration_images(params, model_dataset(params, self.record))
+            self.models[candidate.name] = quantize_model(fp32, calibration, params, list(rule_scope(fp32, params)))
+        return self.models[candidate.name]
+
+    def _subset(self, indices: list[int]) -> dict[str, tuple[PairedScorer, np.ndarray]]:
+        """Per metric family: the paired scorer of these images and FP32's scores on it (built once per size)."""
+        if len(indices) not in self.subsets:
+            p = self.params.int8_eval
+            truth = self.task.ground_truth([self.images[i] for i in indices], [self.shapes[i] for i in indices],
+                                           self.names)
+            fp32 = _renumbered(self.fp32, indices)
+            entries = {}
+            for family in self.task.metrics.scored:
+                scorer = PairedScorer(truth, p.bootstrap_samples, p.seed, family.iou_type)
+                entries[family.key()] = (scorer, scorer.scores(fp32)[0])
+            self.subsets[len(indices)] = entries
+        return self.subsets[len(indices)]
+
+
+def _by_image(detections: list[dict]) -> dict[int, list[dict]]:
+    grouped: dict[int, list[dict]] = {}
+    for detection in detections:
+        grouped.setdefault(int(detection["image_id"]), []).append(detection)
+    return grouped
+
+
+def _renumbered(per_image: dict[int, list[dict]], indices: list[int]) -> list[dict]:
+    """The detections of `indices`, each image's id its position among them (the subset's ground truth ids)."""
+    return [{**d, "image_id": position} for position, index in enumerate(indices) for d in per_image.get(index, [])]
+
+
+def benchmark_finalists(params: Params, scorer: SubsetScorer, passed: list[Candidate]) -> Fastest:
+    """Interleaved benchmark_app rounds: FP32 and every passing candidate once, then the finalists (the current
+    settings and the fastest of that round) for the remaining `benchmark.repeats` rounds (3 at least); the
+    fastest beyond noise among them (`qgate.racing.fastest`)."""
+    cfg = params.benchmark
+    with tempfile.TemporaryDirectory() as tmp:
+        irs = {"fp32": fp32_ir(params)}
+        for candidate in passed:
+            irs[candidate.name] = Path(tmp) / candidate.name / INT8_IR_NAME
+            ov.save_model(scorer.models[candidate.name], irs[candidate.name], compress_to_fp16=False)
+        speeds: dict[str, list[float]] = {name: [] for name in irs}
+        _round(params, irs, speeds, Path(tmp))
+        kept = finalists(passed, speeds, params.tune.finalists)
+        for _ in range(max(cfg.repeats, 3) - 1):
+            _round(params, {name: irs[name] for name in ("fp32", *kept)}, speeds, Path(tmp))
+    return fastest(kept, {name: speeds[name] for name in kept}, speeds["fp32"], cfg.ci_level)
+
+
+def finalists(passed: list[Candidate], speeds: dict[str, list[float]], count: int) -> list[str]:
+    """The current settings (c0) when they passed, and the fastest others of the first round, in search order."""
+    current = [c.name for c in passed if c.name == "c0"]
+    others = sorted((c.name for c in passed if c.name != "c0"), key=lambda name: -speeds[name][0])
+    kept = set(current + others[: count - len(current)])
+    return [c.name for c in passed if c.name in kept]
+
+
+def _round(params: Params, irs: dict[str, Path], speeds: dict[str, list[float]], tmp: Path) -> None:
+    """One benchmark_app run of every IR, back to back; higher is faster (FPS, or 1000 / latency in ms)."""
+    cfg = params.benchmark
+    for name, ir in irs.items():
+        index = len(speeds[name])
+        log.info("[round %d] tune benchmark: %s (%s, %d s)", index + 1, name, cfg.hint, cfg.seconds)
+        run = run_benchmark_app(ir, params.baseline.inference_precision, cfg, tmp / "reports" / f"{name}_{index}",
+                                params.model.imgsz)
+        speeds[name].append(run["fps"] if cfg.hint == "throughput" else 1000.0 / run["latency_ms"])
+
+
+def columns(task) -> list[str]:
+    """tune.csv's columns: the candidate, its settings, how far it got, its drops, its speed."""
+    drops = [f"{f.key('map50_95_drop')}{end}" for f in task.metrics.scored for end in ("", "_ci_low", "_ci_high")]
+    return ["candidate", *SPACE_KEYS, "status", "why", "images", "evaluations", *drops, "images_per_second",
+            "speedup", "speedup_ci_low", "speedup_ci_high", "beaten_by", "chosen"]
+
+
+def table(candidates: list[Candidate], task, result: Fastest | None) -> list[dict]:
+    """One row per candidate (tune.csv)."""
+    rows = []
+    for c in candidates:
+        row = {"candidate": c.name, **c.settings, "status": c.status, "why": c.why, "images": c.images,
+               "evaluations": c.evaluations, "images_per_second": round(c.images_per_second, 1)}
+        for f in task.metrics.scored:
+            drop = c.drops.get(f.key())
+            if drop is not None:
+                key = f.key("map50_95_drop")
+                row |= {key: round(drop.point, 5), f"{key}_ci_low": round(drop.low, 5),
+                        f"{key}_ci_high": round(drop.high, 5)}
+        if result and c.name in result.speedups:
+            speedup = result.speedups[c.name]
+            row |= {"speedup": round(speedup.point, 3), "speedup_ci_low": round(speedup.low, 3),
+                    "speedup_ci_high": round(speedup.high, 3), "beaten_by": result.beaten_by[c.name]}
+        row["chosen"] = int(bool(result) and c.name == result.chosen)
+        rows.append(row)
+    return rows
+
+
+def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Candidate | None,
+                   result: Fastest | None) -> str:
+    """The chosen settings as lines to paste under `quantize:` in params.yaml, with what tune measured."""
+    if chosen is None:
+        return ("# tune found no candidate that passes the accuracy gates on the whole val split (reports/tune.csv "
+                "says why each one stopped);\n# nothing to paste. Widen tune.space or raise the budget.\n")
+    own = task.metrics.primary
+    drop, speedup = chosen.drops[own.key()], result.speedups[chosen.name]
+    measured = (f"# {own.title()} drop {drop.text()} on all {chosen.images} val images; speed-up "
+                f"{speedup.point:.2f}x [{speedup.low:.2f}, {speedup.high:.2f}] over FP32 ({params.benchmark.hint}, "
+                f"{describe(cpu_info())}).\n")
+    if chosen.name == "c0":
+        header = ("# Your current quantize settings (c0) stay: they pass the gates and no candidate that passed was "
+                  "faster beyond noise.\n# Nothing to change; these are the values they hold.\n")
+    else:
+        current = candidates[0]
+        why = ("are slower beyond noise" if current.status == PASSED else f"{current.status}: {current.why}")
+        header = (f"# Paste under `quantize:` in params.yaml: tune's choice ({chosen.name}), the fastest that passes "
+                  f"the gates; your current settings (c0) {why}.\n")
+    header += measured
+    body = yaml.safe_dump(chosen.settings, sort_keys=False, default_flow_style=False)
+    return header + "".join(f"  {line}\n" for line in body.splitlines())
+
+
+def summary(params: Params, task, candidates: list[Candidate], evaluations: int, chosen: Candidate | None,
+            result: Fastest | None, seconds: float, record: dict) -> dict:
+    """metrics/tune.json: how the search went and what it chose."""
+    metrics = {"candidates": len(candidates), "evaluations": evaluations,
+               **{status: sum(c.status == status for c in candidates)
+                  for status in ("passed", "failed", "dropped", "unfinished")},
+               "chosen": chosen.name if chosen else "", "chosen_settings": chosen.settings if chosen else {}}
+    if chosen is not None:
+        for f in task.metrics.scored:
+            drop, key = chosen.drops[f.key()], f"chosen_{f.key('map50_95_drop')}"
+            metrics |= {key: round(drop.point, 5), f"{key}_ci_low": round(drop.low, 5),
+                        f"{key}_ci_high": round(drop.high, 5)}
+        speedup = result.speedups[chosen.name]
+        metrics |= {"chosen_speedup": round(speedup.point, 3), "chosen_speedup_ci_low": round(speedup.low, 3),
+                    "chosen_speedup_ci_high": round(speedup.high, 3)}
+    return metrics | {"ci_level": params.int8_eval.ci_level, "hint": params.benchmark.hint,
+                      "seconds": round(seconds, 1), **cpu_info(), "model_sha256": record["model_sha256"]}
+
+
+if __name__ == "__main__":
+    run_stage(main, __doc__)

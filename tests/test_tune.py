@@ -1,0 +1,100 @@
+"""The tune stage: every candidate raced and tabled, one model scored once, a block to paste that `make gate` passes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stages.tune import SPACE_KEYS
+from tests.conftest import assert_fails_cleanly, copy_project, stage, venv_env
+
+SPACE = {"preset": ["mixed", "performance"], "model_type": ["none"], "fast_bias_correction": [True],
+         "range_estimator": ["default", "mean_minmax"], "subset_size": [300], "keep_decode_float": [True]}
+
+
+def _rows(project: Path) -> list[dict]:
+    with open(project / "reports/tune.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
+    """NNCF's default range estimator for activations is mean_minmax: those candidates are the same INT8 model,
+    named, not scored again; the others go through every subset (2, 4, 6 images) and are benchmarked."""
+    project = copy_project(quantized_project, tmp_path, tiny_weights,
+                           tune__space=SPACE, tune__first_images=2)
+    result = stage("tune", project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {row["candidate"]: row for row in _rows(project)}
+    assert [(name, row["preset"], row["range_estimator"]) for name, row in rows.items()] == [
+        ("c0", "mixed", "default"), ("c1", "mixed", "mean_minmax"), ("c2", "performance", "default"),
+        ("c3", "performance", "mean_minmax")]
+    assert rows["c1"]["status"] == "same model" and rows["c1"]["why"] == "the same INT8 model as c0"
+    assert rows["c3"]["why"] == "the same INT8 model as c2" and rows["c3"]["evaluations"] == "0"
+    for name in ("c0", "c2"):
+        assert rows[name]["status"] == "passed" and rows[name]["images"] == "6" and rows[name]["evaluations"] == "3"
+        assert float(rows[name]["speedup_ci_low"]) <= float(rows[name]["speedup"]) <= float(
+            rows[name]["speedup_ci_high"])
+    metrics = json.loads((project / "metrics/tune.json").read_text())
+    assert metrics["candidates"] == 4 and metrics["evaluations"] == 6 and metrics["passed"] == 2
+    assert [row["chosen"] for row in rows.values()].count("1") == 1 and rows[metrics["chosen"]]["chosen"] == "1"
+    block = yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
+    assert list(block) == SPACE_KEYS and block == metrics["chosen_settings"]
+
+
+def test_bad_tune_params_fail_in_one_line_and_write_nothing(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path, tiny_weights,
+                           tune__space={**SPACE, "range_estimator": ["minmaxx"]})
+    assert_fails_cleanly("tune", project, ["params.yaml", "'tune.space.range_estimator' is 'minmaxx'"],
+                         "metrics/tune.json")
+    assert not (project / "reports/tune.csv").exists()
+
+
+# ---- on the trained demo (slow): `make tune`, the block pasted, `make gate` ----
+
+def _make(project: Path, target: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", target], cwd=project, env=venv_env(), capture_output=True, text=True,
+                          timeout=1800)
+
+
+@pytest.mark.slow
+def test_make_tune_fixes_a_failing_config_and_make_gate_passes_the_pasted_block(tmp_path, demo_checkout):
+    """The naive config (INT8 head decode) fails the demo's gate (drop 0.017-0.026 on demos trained on two
+    machines); tune's other candidate keeps the decode float. Pasted, `make gate` measures the same model: the
+    drop tune measured, and a speed-up inside tune's interval."""
+    project = tmp_path / "demo"
+    shutil.copytree(demo_checkout, project, symlinks=True)
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    benchmark = {"seconds": 2, "repeats": 3, "max_seconds": 60}
+    space = {**{key: [value[0]] for key, value in SPACE.items()}, "preset": ["performance"],
+             "keep_decode_float": [False, True]}
+    params |= {"quantize": {"preset": "performance", "keep_decode_float": False}, "benchmark": benchmark,
+               "tune": {"space": space}}
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    tuned = _make(project, "tune")
+    assert tuned.returncode == 0, tuned.stdout[-3000:] + tuned.stderr[-3000:]
+    rows = {row["candidate"]: row for row in _rows(project)}
+    # dropped after the first 50 images where the drop is large (0.030 [0.018, 0.043] on the VNNI machine's demo),
+    # else judged on all 200 like the gate
+    naive = rows["c0"]
+    assert (naive["status"], naive["images"], naive["evaluations"]) in {("dropped", "50", "1"), ("failed", "200", "3")}
+    assert "mAP50-95 drop" in naive["why"], naive
+    assert rows["c1"]["status"] == "passed" and rows["c1"]["chosen"] == "1", rows["c1"]
+    assert f"your current settings (c0) {naive['status']}: mAP50-95 drop" in tuned.stdout  # make tune prints the block
+    metrics = json.loads((project / "metrics/tune.json").read_text())
+    params["quantize"] |= yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    gated = _make(project, "gate")
+    assert gated.returncode == 0, gated.stdout[-4000:]
+    int8 = json.loads((project / "metrics/int8.json").read_text())
+    speed = json.loads((project / "metrics/benchmark.json").read_text())
+    # the same model: the same drop and interval (both rounded to 5 digits)
+    assert int8["map50_95_drop"] == pytest.approx(metrics["chosen_map50_95_drop"], abs=2e-5), (int8, metrics)
+    assert int8["map50_95_drop_ci_low"] == pytest.approx(metrics["chosen_map50_95_drop_ci_low"], abs=2e-5)
+    assert metrics["chosen_speedup_ci_low"] <= speed["speedup_fps"] <= metrics["chosen_speedup_ci_high"], (
+        speed, metrics)
