@@ -24,7 +24,7 @@ class Candidate:
     images: int = 0  # val images its latest drops were measured on
     evaluations: int = 0
     drops: dict[str, Interval] = field(default_factory=dict)  # metric family key -> drop FP32 - candidate
-    images_per_second: float = 0.0  # the evaluation loop's speed on its latest subset (ranks finalists)
+    images_per_second: float = 0.0  # the evaluation loop's on its latest subset (benchmark_app judges speed)
     status: str = RACING
     why: str = ""
 

@@ -27,7 +27,7 @@ from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
 from qgate.params import Params, TuneSpaceParams
 from qgate.pipeline import val_images
 from qgate.quantization import calibration_images, quantize_model, rule_scope
-from qgate.racing import PASSED, Budget, Candidate, Fastest, Limit, Race, fastest
+from qgate.racing import DROPPED, FAILED, PASSED, SAME, UNFINISHED, Budget, Candidate, Fastest, Limit, Race, fastest
 from qgate.runtime import PortableModel
 from qgate.tasks import task_for
 
@@ -275,8 +275,8 @@ def summary(params: Params, task, candidates: list[Candidate], evaluations: int,
             result: Fastest | None, seconds: float, record: dict) -> dict:
     """metrics/tune.json: how the search went and what it chose."""
     metrics = {"candidates": len(candidates), "evaluations": evaluations,
-               **{status: sum(c.status == status for c in candidates)
-                  for status in ("passed", "failed", "dropped", "unfinished")},
+               **{status.replace(" ", "_"): sum(c.status == status for c in candidates)
+                  for status in (PASSED, FAILED, DROPPED, SAME, UNFINISHED)},
                "chosen": chosen.name if chosen else "", "chosen_settings": chosen.settings if chosen else {}}
     if chosen is not None:
         for f in task.metrics.scored:

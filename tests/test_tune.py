@@ -41,7 +41,7 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
         assert float(rows[name]["speedup_ci_low"]) <= float(rows[name]["speedup"]) <= float(
             rows[name]["speedup_ci_high"])
     metrics = json.loads((project / "metrics/tune.json").read_text())
-    assert metrics["candidates"] == 4 and metrics["evaluations"] == 6 and metrics["passed"] == 2
+    assert (metrics["candidates"], metrics["evaluations"], metrics["passed"], metrics["same_model"]) == (4, 6, 2, 2)
     assert [row["chosen"] for row in rows.values()].count("1") == 1 and rows[metrics["chosen"]]["chosen"] == "1"
     block = yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
     assert list(block) == SPACE_KEYS and block == metrics["chosen_settings"]
