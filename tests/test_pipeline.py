@@ -82,11 +82,11 @@ def _edited_params(checkout: Path, **sections):
     return _edited(checkout, "params.yaml", edit)
 
 
-def _stale_after_resolving(checkout: Path) -> list[str]:
-    """The stages `dvc status` names once the params stage has resolved the new values (it runs in a second)."""
+def _stale_after_resolving(checkout: Path, pipeline: str = "dvc.yaml") -> list[str]:
+    """The stages of `pipeline` that `dvc status` names once the params stage has resolved the new values."""
     resolved = _dvc(checkout, "repro", "params")
     assert resolved.returncode == 0, resolved.stdout + resolved.stderr
-    status = _dvc(checkout, "status", "--json")
+    status = _dvc(checkout, "status", "--json", pipeline)
     assert status.returncode == 0, status.stderr
     return list(json.loads(status.stdout or "{}"))
 
@@ -94,7 +94,9 @@ def _stale_after_resolving(checkout: Path) -> list[str]:
 def test_changing_a_benchmark_param_stales_only_benchmark(demo_checkout):
     with _edited_params(demo_checkout, benchmark={"seconds": 11}):
         stale = _stale_after_resolving(demo_checkout)
+        tune = _stale_after_resolving(demo_checkout, "tune/dvc.yaml")
     assert stale == ["benchmark"]
+    assert tune == ["tune/dvc.yaml:tune"]  # tune measures speed the way benchmark does: its outputs are stale too
 
 
 def test_changing_a_default_in_code_stales_only_the_stage_that_reads_it(demo_checkout):
@@ -109,7 +111,7 @@ def test_a_tightened_gate_fails_make_gate_and_reruns_no_stage(demo_checkout):
     with _edited_params(demo_checkout, gates={"max_map50_95_drop": -0.05}):
         stale = _stale_after_resolving(demo_checkout)
         tightened = _make(demo_checkout, "gate")
-    assert stale == [], stale  # no stage reads this threshold: only the judge does
+    assert stale == [], stale  # no stage of `make gate` reads this threshold: only the judge (and `make tune`) do
     assert tightened.returncode != 0
     assert failed_in_table(tightened.stdout) == {"accuracy_map50_95_drop"}, tightened.stdout[-3000:]
     assert "Running stage" not in tightened.stdout
