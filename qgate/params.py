@@ -231,6 +231,9 @@ class TuneParams:
     csv = "reports/tune.csv"
     block = "reports/tune_quantize.yaml"
     metrics = "metrics/tune.json"
+    pareto_csv = "reports/tune_pareto.csv"
+    page_md = "reports/tune.md"
+    page_html = "reports/tune.html"
 
 
 @dataclass(frozen=True)

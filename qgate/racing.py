@@ -130,6 +130,7 @@ class Fastest:
     chosen: str
     speedups: dict[str, Interval]
     beaten_by: dict[str, str]  # finalist -> a finalist faster beyond noise ('' when none is)
+    rounds: int  # interleaved benchmark rounds the finalists ran
 
 
 def fastest(order: list[str], speeds: dict[str, list[float]], fp32: list[float], level: float) -> Fastest:
@@ -145,4 +146,16 @@ def fastest(order: list[str], speeds: dict[str, list[float]], fp32: list[float],
                                 ratio_interval(speeds[other], speeds[name], level).low > 1.0), "")
     unbeaten = [name for name in order if not beaten_by[name]]
     chosen = unbeaten[0] if unbeaten else max(order, key=lambda n: sorted(speeds[n])[len(speeds[n]) // 2])
-    return Fastest(chosen, {name: ratio_interval(speeds[name], fp32, level) for name in order}, beaten_by)
+    return Fastest(chosen, {name: ratio_interval(speeds[name], fp32, level) for name in order}, beaten_by, len(fp32))
+
+
+def contested(result: Fastest, speeds: dict[str, list[float]], level: float, spread: float) -> str:
+    """Why more rounds could change the choice ('' when they could not): a finalist that ran faster than the
+    chosen one on the point value, but not beyond noise, with a ratio interval still wider than `spread` of the
+    ratio either way (`benchmark.max_spread`: a ratio known that well is a tie, more rounds would not decide)."""
+    for name in speeds:
+        if name != result.chosen:
+            ratio = ratio_interval(speeds[name], speeds[result.chosen], level)
+            if ratio.point > 1.0 >= ratio.low and (ratio.high - ratio.low) / 2 > spread * ratio.point:
+                return f"{name} ran {ratio.point:.2f}x the speed of {result.chosen}, within a wide interval"
+    return ""

@@ -7,6 +7,7 @@ import hashlib
 import itertools
 import logging
 import re
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -27,9 +28,11 @@ from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
 from qgate.params import Params, TuneSpaceParams
 from qgate.pipeline import val_images
 from qgate.quantization import calibration_images, quantize_model, rule_scope
-from qgate.racing import DROPPED, FAILED, PASSED, SAME, UNFINISHED, Budget, Candidate, Fastest, Limit, Race, fastest
+from qgate.racing import (DROPPED, FAILED, PASSED, SAME, UNFINISHED, Budget, Candidate, Fastest, Limit, Race, contested,
+                          fastest)
 from qgate.runtime import PortableModel
 from qgate.tasks import task_for
+from qgate.tune_report import page_files, pareto_rows, write_page
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +42,9 @@ SPACE_KEYS = [field.name for field in dataclasses.fields(TuneSpaceParams)]
 def main(params: Params) -> dict:
     """Race every candidate config on growing val subsets, benchmark the finalists; write the table and block."""
     cfg = params.tune
-    for output in (cfg.csv, cfg.block, cfg.metrics):
+    for output in (cfg.csv, cfg.block, cfg.metrics, cfg.pareto_csv, cfg.page_md, cfg.page_html):
         Path(output).unlink(missing_ok=True)
+    shutil.rmtree(page_files(params), ignore_errors=True)
     record = export_record(params)
     task = task_for(record)
     candidates = search_space(params)
@@ -53,15 +57,17 @@ def main(params: Params) -> dict:
         race = Race(candidates, accuracy_limits(params, task), len(val[0]), cfg.first_images,
                     Budget(cfg.max_evaluations, cfg.max_seconds), params.gates.confidence, params.gates.inconclusive)
         race.run(scorer.score, scorer.twin)
-    passed = [c for c in candidates if c.status == PASSED]
-    result = benchmark_finalists(params, scorer, passed) if passed else None
+    first_round, result = measure_speed(params, scorer, candidates)
     seconds = time.perf_counter() - start
-    write_csv(cfg.csv, table(candidates, task, result), columns(task))
+    write_csv(cfg.csv, table(candidates, task, first_round, result), columns(task))
     chosen = next((c for c in candidates if result and c.name == result.chosen), None)
-    write_text(cfg.block, quantize_block(params, task, candidates, chosen, result))
+    block = quantize_block(params, task, candidates, chosen, result)
+    write_text(cfg.block, block)
     metrics = summary(params, task, candidates, race.evaluations, chosen, result, seconds, record)
+    write_page(params, task, candidates, pareto_rows(params, task, candidates, first_round, result), block, metrics)
     write_json(cfg.metrics, metrics)
     return metrics
+
 
 
 def search_space(params: Params) -> list[Candidate]:
@@ -182,22 +188,54 @@ def _renumbered(per_image: dict[int, list[dict]], indices: list[int]) -> list[di
     return [{**d, "image_id": position} for position, index in enumerate(indices) for d in per_image.get(index, [])]
 
 
-def benchmark_finalists(params: Params, scorer: SubsetScorer, passed: list[Candidate]) -> Fastest:
-    """Interleaved benchmark_app rounds: FP32 and every passing candidate once, then the finalists (the current
-    settings and the fastest of that round) for the remaining `benchmark.repeats` rounds (3 at least); the
-    fastest beyond noise among them (`qgate.racing.fastest`)."""
+def measure_speed(params: Params, scorer: SubsetScorer,
+                  candidates: list[Candidate]) -> tuple[dict[str, float], Fastest | None]:
+    """Interleaved benchmark_app rounds: FP32 and every scored candidate once (the first-round speed-ups the
+    Pareto plot shows, failed ones too), then the finalists (the current settings and the fastest passing ones of
+    that round) for the remaining `benchmark.repeats` rounds (3 at least), and more while the choice is contested;
+    the fastest beyond noise among them (`qgate.racing.fastest`), None when none passed."""
     cfg = params.benchmark
+    scored = [c for c in candidates if c.status in (PASSED, FAILED, DROPPED)]
+    passed = [c for c in scored if c.status == PASSED]
+    if not scored:
+        return {}, None
     with tempfile.TemporaryDirectory() as tmp:
         irs = {"fp32": fp32_ir(params)}
-        for candidate in passed:
+        for candidate in scored:
             irs[candidate.name] = Path(tmp) / candidate.name / INT8_IR_NAME
             ov.save_model(scorer.models[candidate.name], irs[candidate.name], compress_to_fp16=False)
         speeds: dict[str, list[float]] = {name: [] for name in irs}
         _round(params, irs, speeds, Path(tmp))
+        first_round = {c.name: speeds[c.name][0] / speeds["fp32"][0] for c in scored}
+        if not passed:
+            return first_round, None
         kept = finalists(passed, speeds, params.tune.finalists)
+        finals = {name: irs[name] for name in ("fp32", *kept)}
         for _ in range(max(cfg.repeats, 3) - 1):
-            _round(params, {name: irs[name] for name in ("fp32", *kept)}, speeds, Path(tmp))
-    return fastest(kept, {name: speeds[name] for name in kept}, speeds["fp32"], cfg.ci_level)
+            _round(params, finals, speeds, Path(tmp))
+        result = more_rounds(params, finals, speeds, Path(tmp))
+    return first_round, result
+
+
+def more_rounds(params: Params, finals: dict[str, Path], speeds: dict[str, list[float]], tmp: Path) -> Fastest:
+    """The finalists' choice, after more interleaved rounds while a finalist faster on the point value than the
+    chosen one is within a wide interval of it (`qgate.racing.contested`), until `benchmark.max_seconds` would
+    be spent (as the benchmark stage adds pairs while its interval is undecided)."""
+    cfg = params.benchmark
+    kept = {name: speeds[name] for name in finals if name != "fp32"}  # the same lists: rounds append to them
+    result = fastest(list(kept), kept, speeds["fp32"], cfg.ci_level)
+    start, last = time.perf_counter(), len(finals) * cfg.seconds  # a round's seconds, until one is timed
+    while reason := contested(result, kept, cfg.ci_level, cfg.max_spread):
+        if time.perf_counter() - start + last > cfg.max_seconds:
+            log.info("tune benchmark: %s after %d rounds; benchmark.max_seconds %g s spent", reason,
+                     len(speeds["fp32"]), cfg.max_seconds)
+            break
+        log.info("tune benchmark: %s; one more round", reason)
+        began = time.perf_counter()
+        _round(params, finals, speeds, tmp)
+        last = time.perf_counter() - began
+        result = fastest(list(kept), kept, speeds["fp32"], cfg.ci_level)
+    return result
 
 
 def finalists(passed: list[Candidate], speeds: dict[str, list[float]], count: int) -> list[str]:
@@ -223,15 +261,17 @@ def columns(task) -> list[str]:
     """tune.csv's columns: the candidate, its settings, how far it got, its drops, its speed."""
     drops = [f"{f.key('map50_95_drop')}{end}" for f in task.metrics.scored for end in ("", "_ci_low", "_ci_high")]
     return ["candidate", *SPACE_KEYS, "status", "why", "images", "evaluations", *drops, "images_per_second",
-            "speedup", "speedup_ci_low", "speedup_ci_high", "beaten_by", "chosen"]
+            "first_round_speedup", "speedup", "speedup_ci_low", "speedup_ci_high", "beaten_by", "chosen"]
 
 
-def table(candidates: list[Candidate], task, result: Fastest | None) -> list[dict]:
+def table(candidates: list[Candidate], task, first_round: dict[str, float], result: Fastest | None) -> list[dict]:
     """One row per candidate (tune.csv)."""
     rows = []
     for c in candidates:
         row = {"candidate": c.name, **c.settings, "status": c.status, "why": c.why, "images": c.images,
                "evaluations": c.evaluations, "images_per_second": round(c.images_per_second, 1)}
+        if c.name in first_round:
+            row["first_round_speedup"] = round(first_round[c.name], 3)
         for f in task.metrics.scored:
             drop = c.drops.get(f.key())
             if drop is not None:
@@ -285,7 +325,7 @@ def summary(params: Params, task, candidates: list[Candidate], evaluations: int,
                         f"{key}_ci_high": round(drop.high, 5)}
         speedup = result.speedups[chosen.name]
         metrics |= {"chosen_speedup": round(speedup.point, 3), "chosen_speedup_ci_low": round(speedup.low, 3),
-                    "chosen_speedup_ci_high": round(speedup.high, 3)}
+                    "chosen_speedup_ci_high": round(speedup.high, 3), "benchmark_rounds": result.rounds}
     return metrics | {"ci_level": params.int8_eval.ci_level, "hint": params.benchmark.hint,
                       "seconds": round(seconds, 1), **cpu_info(), "model_sha256": record["model_sha256"]}
 

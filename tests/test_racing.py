@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from qgate.intervals import PairedScorer, difference
-from qgate.racing import DROPPED, FAILED, PASSED, UNFINISHED, Budget, Candidate, Limit, Race, fastest, subset_sizes
+from qgate.racing import (DROPPED, FAILED, PASSED, UNFINISHED, Budget, Candidate, Limit, Race, contested, fastest,
+                          subset_sizes)
 from tests.test_intervals import _subset, synthetic_pair
 
 IMAGES = 200
@@ -81,3 +82,14 @@ def test_a_candidate_faster_beyond_noise_is_chosen():
     result = fastest(["current", "faster"], {"current": STEADY, "faster": faster}, FP32, 0.95)
     assert result.chosen == "faster" and result.beaten_by["current"] == "faster"
     assert 1.9 < result.speedups["faster"].low < result.speedups["faster"].high < 2.1
+
+
+def test_more_rounds_are_asked_for_only_while_a_faster_point_is_within_a_wide_interval():
+    noisy = {"current": STEADY, "other": [120.0, 195.0, 150.0, 175.0]}  # 1.05x [0.76, 1.45]: more rounds may decide
+    assert "other" in contested(fastest(["current", "other"], noisy, FP32, 0.95), noisy, 0.95, 0.15)
+    tie = {"current": STEADY, "other": [152.0, 150.0, 151.0, 153.0]}  # 1.01x [0.99, 1.03]: a tie, known well
+    assert contested(fastest(["current", "other"], tie, FP32, 0.95), tie, 0.95, 0.15) == ""
+    slower = {"current": STEADY, "other": [120.0, 185.0, 140.0, 150.0]}  # within noise, but slower on the point
+    assert contested(fastest(["current", "other"], slower, FP32, 0.95), slower, 0.95, 0.15) == ""
+    decided = {"current": STEADY, "faster": [200.0, 203.0, 198.0, 201.0]}
+    assert contested(fastest(["current", "faster"], decided, FP32, 0.95), decided, 0.95, 0.15) == ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from qgate.params import load_params
 from stages.tune import SPACE_KEYS
 from tests.conftest import assert_fails_cleanly, copy_project, stage, venv_env
 
@@ -42,9 +44,31 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
             rows[name]["speedup_ci_high"])
     metrics = json.loads((project / "metrics/tune.json").read_text())
     assert (metrics["candidates"], metrics["evaluations"], metrics["passed"], metrics["same_model"]) == (4, 6, 2, 2)
+    assert metrics["benchmark_rounds"] >= 3  # more only while a faster finalist is within noise of the chosen one
     assert [row["chosen"] for row in rows.values()].count("1") == 1 and rows[metrics["chosen"]]["chosen"] == "1"
     block = yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
     assert list(block) == SPACE_KEYS and block == metrics["chosen_settings"]
+    _assert_pareto_page(project, rows, scored=["c0", "c2"])
+
+
+def _assert_pareto_page(project: Path, rows: dict[str, dict], scored: list[str]) -> None:
+    """Every scored candidate is a point of the Pareto data (not the same-model ones), with its drop inside its
+    interval and the gate's limit; the page's markdown links its plot, and the HTML holds it inline."""
+    with open(project / "reports/tune_pareto.csv") as handle:
+        points = {row["candidate"]: row for row in csv.DictReader(handle)}
+    assert list(points) == scored
+    assert [name for name, row in rows.items() if row["first_round_speedup"]] == scored
+    limit = load_params(project / "params.yaml").gates.max_map50_95_drop
+    for name, point in points.items():
+        assert float(point["drop_ci_low"]) <= float(point["drop"]) <= float(point["drop_ci_high"])
+        assert float(point["drop"]) == float(rows[name]["map50_95_drop"]) and float(point["limit"]) == limit
+        assert point["speedup"] == (rows[name]["speedup"] or rows[name]["first_round_speedup"])
+    assert "1" in [point["pareto"] for point in points.values()]
+    page = (project / "reports/tune.md").read_text()
+    assert page.startswith("# qgate tune: ")
+    plots = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
+    assert len(plots) == 1 and (project / "reports" / plots[0]).is_file(), plots
+    assert (project / "reports/tune.html").read_text().count("<svg") == 1
 
 
 def test_bad_tune_params_fail_in_one_line_and_write_nothing(tmp_path, quantized_project, tiny_weights):
