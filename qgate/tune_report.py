@@ -90,7 +90,8 @@ def _pareto(params: Params, task, rows: list[dict]) -> Section:
     text = [f"Every scored candidate: its {own.title()} drop on the images it was scored on (bar: its "
             f"{params.int8_eval.ci_level:.0%} paired interval) against its speed-up over FP32 from one interleaved "
             f"`benchmark_app` round; the finalists' speed-up is over every round, with its {level} interval. "
-            "A candidate is preferred only when it is faster beyond that noise."]
+            "The front joins point values; a candidate is preferred only when it is faster beyond that noise, "
+            "and passes when the gate would pass it (`gates.inconclusive` decides an interval across the limit)."]
     fig = pareto_figure(rows, rows[0]["limit"], own.title(), params.benchmark.hint)
     return Section("Speed-up against drop", text,
                    figures=[figure(fig, f"Speed-up against {own.title()} drop, gate limit dashed")])
