@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
+from qgate.group_prices import Prices
 from qgate.intervals import PairedScorer, difference
 from qgate.mixed import ignored_names, revert
 from qgate.params import Params
@@ -50,7 +52,8 @@ class Search:
     """
 
     def __init__(self, params: Params, record: dict, fp32, int8, groups, order: list[int], int8_metrics: dict,
-                 detections: tuple[list[dict], list[dict]], executor):
+                 detections: tuple[list[dict], list[dict]], executor,
+                 price: Callable[[list[int]], Prices] | None = None):
         self.params, self.fp32, self.int8, self.groups, self.order = params, fp32, int8, groups, order
         self.record, self.detections, self.executor = record, detections, executor
         self.val = val_images(params, record)  # read and validated once, not per evaluation
@@ -60,6 +63,8 @@ class Search:
         self.scorer: PairedScorer | None = None  # built on the first evaluation, which brings the ground truth
         self.fp32_scores = self.current_scores = None
         self.stopped = ""  # why the greedy search ended: target | budget | noise | ranking
+        self.price = price  # the greedy's groups -> each one's price in speed (None: op count orders the pruning)
+        self.prices: Prices | None = None
 
     def run(self) -> tuple[list[int], dict]:
         """The chosen groups and their evaluation (the first within target, else the lowest drop reached)."""
@@ -69,6 +74,8 @@ class Search:
             self.stopped = "ranking"
             return self.order, self.evaluate(self.order, f"all {total} groups")
         chosen, best = self._greedy()
+        if self.price is not None and chosen:
+            self.prices = self.price(chosen)
         if not best["within_target"]:
             log.warning("autofix: %d evaluations spent without reaching the target; best drop %.4f",
                         len(self.steps), best[self.family.key("map50_95_drop")])
@@ -111,12 +118,16 @@ class Search:
         return False
 
     def _prune(self, chosen: list[int], best: dict) -> tuple[list[int], dict]:
-        """Put chosen groups back to int8 one at a time (largest first) while still within target.
+        """Put chosen groups back to int8 one at a time, the costliest in speed first (measured; unpriced: the
+        largest first), while still within target.
 
         A group that helped early can be unnecessary once later ones are float; each one left costs speed.
         """
-        # the last group added is what reached the target; the biggest groups save the most ops
-        candidates = sorted(chosen[:-1], key=lambda g: (-len(self.groups[g].ops), -chosen.index(g)))
+        def price(g: int) -> float:
+            return self.prices.per_group[g].point if self.prices else 1.0
+
+        # the last group added is what reached the target
+        candidates = sorted(chosen[:-1], key=lambda g: (-price(g), -len(self.groups[g].ops), -chosen.index(g)))
         for group in candidates:
             if not self._budget_left():
                 break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 from qgate.errors import QgateError
 from qgate.io import read_json
 from qgate.params import BenchmarkParams
+
+log = logging.getLogger(__name__)
 
 
 def run_benchmark_app(ir: Path, precision: str, cfg: BenchmarkParams, report_dir: Path, imgsz: int) -> dict:
@@ -26,6 +29,17 @@ def run_benchmark_app(ir: Path, precision: str, cfg: BenchmarkParams, report_dir
     results = read_json(report)["execution_results"]
     return {"latency_ms": float(results["latency (ms)"]), "fps": float(results["throughput"]),
             "iterations": int(results["total number of iterations"])}
+
+
+def benchmark_round(irs: dict[str, Path], precision: str, cfg: BenchmarkParams, report_dir: Path, imgsz: int,
+                    speeds: dict[str, list[float]], label: str) -> None:
+    """One benchmark_app run of every IR, back to back, appended to `speeds[name]`: higher is faster (FPS under
+    the throughput hint, 1000 / median latency in ms under latency). Interleaved rounds pair the IRs' runs."""
+    for name, ir in irs.items():
+        index = len(speeds.setdefault(name, []))
+        log.info("[round %d] %s benchmark: %s (%s, %d s)", index + 1, label, name, cfg.hint, cfg.seconds)
+        run = run_benchmark_app(ir, precision, cfg, report_dir / f"{name}_{index}", imgsz)
+        speeds[name].append(run["fps"] if cfg.hint == "throughput" else 1000.0 / run["latency_ms"])
 
 
 def error_text(done: subprocess.CompletedProcess) -> str:

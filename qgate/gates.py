@@ -74,7 +74,7 @@ class Metrics:
             params.benchmark.metrics: "benchmark", params.divergence.metrics: "divergence",
             params.divergence.csv: "divergence", params.sensitivity.metrics: "sensitivity",
             params.sensitivity.csv: "sensitivity", params.autofix.metrics: "autofix", params.autofix.scope: "autofix",
-            params.autofix.steps: "autofix", params.int8_eval.bad_cases: "int8_eval",
+            params.autofix.steps: "autofix", params.autofix.prices: "autofix", params.int8_eval.bad_cases: "int8_eval",
         }
 
     def paths(self) -> list[str]:

@@ -198,9 +198,12 @@ class AutofixParams:
     target_drop: float
     max_evaluations: int
     ci_level: float
+    price_rounds: int
+    price_seconds: float
     # outputs: fixed paths, not keys
     out_dir = "models/int8_fixed"
     steps = "reports/autofix_steps.csv"
+    prices = "reports/autofix_prices.csv"
     scope = "reports/autofix_scope.yaml"
     metrics = "metrics/autofix.json"
 

@@ -47,6 +47,10 @@ def check_values(params: Any, path: Path) -> None:
     if params.autofix.max_evaluations < 1:
         raise QgateError(f"{path}: 'autofix.max_evaluations' is {params.autofix.max_evaluations}; the search needs "
                          "at least 1 full evaluation of the val split (a few are typical: set 8 or more)")
+    if params.autofix.price_rounds == 1 or params.autofix.price_rounds < 0 or params.autofix.price_seconds <= 0:
+        raise QgateError(f"{path}: 'autofix.price_rounds' is {params.autofix.price_rounds} and 'price_seconds' "
+                         f"{params.autofix.price_seconds:g}; use 0 rounds (no pricing) or 2 or more (an interval needs "
+                         "two), and seconds > 0")
     if params.gates.report_bad_cases < 0:
         raise QgateError(f"{path}: 'gates.report_bad_cases' must be >= 0")
     if params.benchmark.seconds <= 0 or params.benchmark.repeats < 2 or params.benchmark.batch < 1:

@@ -238,6 +238,7 @@ def _autofix(m: Metrics) -> Section:
     try:
         needed = m.value(p.autofix.metrics, "needed")
         ranking, steps, block = m.read(p.sensitivity.csv), m.read(p.autofix.steps), m.read(p.autofix.scope)
+        prices = m.read(p.autofix.prices)
         m.value(p.sensitivity.metrics, "model_sha256")
     except MetricsUnavailable as exc:
         return Section("Sensitivity and autofix", [str(exc)])
@@ -249,6 +250,12 @@ def _autofix(m: Metrics) -> Section:
                 "put back to int8 (-) where the drop stayed within. Each evaluation is a real mixed-precision model "
                 f"scored on the whole `{p.baseline.split}` split. Evaluation images/s is the scoring loop's rate "
                 "(decode and NMS included), not benchmark_app's."]
+        if prices:
+            text.append(f"Each kept-float group priced in speed: benchmark_app runs the fixed model (the "
+                        f"{prices[0]['measured_with_groups_float']} groups the greedy kept) against it with that "
+                        f"group back in INT8, {p.autofix.price_rounds} interleaved rounds of "
+                        f"{p.autofix.price_seconds:g} s; pruning tried the costliest back first. Above 1: the group "
+                        "costs that much speed.")
     own = recorded(p.export.record).primary
     header = ["#", "tried", "groups float", "ops float", own.title(), "drop", "within target", "kept",
               "eval images/s"]
@@ -261,10 +268,29 @@ def _autofix(m: Metrics) -> Section:
                   r["ops"], r["error_removed_low"], r["error_removed"], r["error_removed_worst"],
                   _share(r["clip_error_share"])]
                  for r in ranking[: p.sensitivity.top_k]]
-    tables = ([(header, table)] if table else []) + [(rank_header, rank_rows)]
+    tables = ([(header, table)] if table else []) + _prices(m, prices) + [(rank_header, rank_rows)]
     figures = [figure(sensitivity_figure(ranking[: p.sensitivity.top_k]), "Sensitivity: INT8 detection error removed "
                       "per quantizer group in float")] if ranking else []
     return Section("Sensitivity and autofix", text, tables, figures, code=block)
+
+
+def _prices(m: Metrics, prices: list[dict]) -> list[tuple[list[str], list[list[str]]]]:
+    """What each kept-float group costs in speed: how much faster the fixed model runs with it back in INT8."""
+    if not prices:
+        return []
+    header = ["kept float", "ops", "speed with it back in INT8 (x the fixed model's)"]
+    rows = [[f"`{r['first_op']}`", r["ops"], _times(*(float(r[f"speed_in_int8{end}"]) for end in ENDS))]
+            for r in prices]
+    plain = [m.value(m.params.autofix.metrics, f"int8_speed_over_fixed{end}") for end in ENDS]
+    rows.append(["all of them (plain INT8)", "", _times(*plain)])
+    return [(header, rows)]
+
+
+ENDS = ("", "_ci_low", "_ci_high")
+
+
+def _times(point: float, low: float, high: float) -> str:
+    return f"{point:.3f}x [{low:.3f}, {high:.3f}]"
 
 
 def _yes(flag: str | None) -> str:

@@ -15,6 +15,7 @@ from qgate.autofix_search import Search, meets_target, plain_int8, step_columns
 from qgate.cli import run_stage
 from qgate.backends import open_executor
 from qgate.errors import QgateError
+from qgate.group_prices import PRICE_COLUMNS, Prices, price_groups, price_rows
 from qgate.io import atomic_dir, read_json, sha256_file, write_csv, write_json, write_text
 from qgate.mixed import ignored_names, quantizer_groups, revert
 from qgate.params import Params
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 def main(params: Params) -> dict:
     """Search few groups of the sensitivity ranking that meet the target in float; write the fixed IR and scope."""
     cfg = params.autofix
-    for output in (cfg.metrics, cfg.steps, cfg.scope):
+    for output in (cfg.metrics, cfg.steps, cfg.scope, cfg.prices):
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
     int8_path = require_int8_ir(params)
@@ -52,12 +53,16 @@ def main(params: Params) -> dict:
         groups = quantizer_groups(int8)
         detections = (read_json(require_output(params.baseline.detections, "baseline")),
                       read_json(require_output(params.int8_eval.detections, "int8_eval")))
+        price = ((lambda kept: price_groups(params, int8, fp32, groups, kept, int8_path)) if cfg.price_rounds
+                 else None)
         with open_executor(params.compute) as executor:
-            search = Search(params, record, fp32, int8, groups, order, int8_metrics, detections, executor)
+            search = Search(params, record, fp32, int8, groups, order, int8_metrics, detections, executor, price)
             chosen, best = search.run()
         steps, names = search.steps, ignored_names(groups, set(chosen))
         revert_and_save(int8, fp32, groups, set(chosen), Path(cfg.out_dir))
+    prices = search.prices if needed else None
     write_csv(cfg.steps, steps, step_columns(family))
+    write_csv(cfg.prices, price_rows(prices, groups, chosen) if prices else [], PRICE_COLUMNS)
     write_text(cfg.scope, scope_block(params, names, best, baseline, family))
     metrics = {
         "needed": int(needed),
@@ -73,6 +78,7 @@ def main(params: Params) -> dict:
         f"fixed_{key('map50_95_drop')}_ci_low": best["drop_ci_low"],
         f"fixed_{key('map50_95_drop')}_ci_high": best["drop_ci_high"],
         "ci_level": params.int8_eval.ci_level,
+        **_total_price(prices),
         "seconds": round(time.perf_counter() - start, 2),
         "model_sha256": record["model_sha256"],
         "int8_ir_bin_sha256": int8_ir_sha256(params),
@@ -80,6 +86,15 @@ def main(params: Params) -> dict:
     }
     write_json(cfg.metrics, metrics)
     return metrics
+
+
+def _total_price(prices: Prices | None) -> dict:
+    """How many times faster plain INT8 runs than the fixed model with the greedy's groups float (None: unpriced)."""
+    plain = prices.plain_int8 if prices else None
+    return {"int8_speed_over_fixed": plain and round(plain.point, 3),
+            "int8_speed_over_fixed_ci_low": plain and round(plain.low, 3),
+            "int8_speed_over_fixed_ci_high": plain and round(plain.high, 3),
+            "priced_groups_float": prices.groups_float if prices else None}
 
 
 def ranking(params: Params) -> list[int]:

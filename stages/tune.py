@@ -18,7 +18,7 @@ import yaml
 
 from qgate.artifacts import INT8_IR_NAME, export_record, fp32_ir, model_dataset, require_output
 from qgate.backends import open_executor
-from qgate.benchmark_app import run_benchmark_app
+from qgate.benchmark_app import benchmark_round
 from qgate.cli import run_stage
 from qgate.cpu import cpu_info, describe
 from qgate.evaluator import Predictor, predict
@@ -247,14 +247,8 @@ def finalists(passed: list[Candidate], speeds: dict[str, list[float]], count: in
 
 
 def _round(params: Params, irs: dict[str, Path], speeds: dict[str, list[float]], tmp: Path) -> None:
-    """One benchmark_app run of every IR, back to back; higher is faster (FPS, or 1000 / latency in ms)."""
-    cfg = params.benchmark
-    for name, ir in irs.items():
-        index = len(speeds[name])
-        log.info("[round %d] tune benchmark: %s (%s, %d s)", index + 1, name, cfg.hint, cfg.seconds)
-        run = run_benchmark_app(ir, params.baseline.inference_precision, cfg, tmp / "reports" / f"{name}_{index}",
-                                params.model.imgsz)
-        speeds[name].append(run["fps"] if cfg.hint == "throughput" else 1000.0 / run["latency_ms"])
+    benchmark_round(irs, params.baseline.inference_precision, params.benchmark, tmp / "reports", params.model.imgsz,
+                    speeds, "tune")
 
 
 def columns(task) -> list[str]:

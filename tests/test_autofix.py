@@ -173,6 +173,19 @@ def test_planted_fault_ranks_top3_and_autofix_keeps_it_float(tmp_path, demo):
     scope = yaml.safe_load((project / "reports/autofix_scope.yaml").read_text())["ignored_scope"]
     assert PLANTED in scope["names"]
     assert fixed["ops_float_added"] <= 10, fixed  # the fix is targeted, not "everything float"
+    _assert_priced(project, fixed)
+
+
+def _assert_priced(project: Path, fixed: dict) -> None:
+    """Every kept-float group has its measured price in speed (the fixed model against it with the group back in
+    INT8, benchmark_app pairs), and plain INT8 against the fixed model has one too."""
+    prices = _rows(project, "reports/autofix_prices.csv")
+    assert len(prices) == fixed["groups_float"] >= 1, prices
+    for row in prices:
+        assert float(row["speed_in_int8_ci_low"]) <= float(row["speed_in_int8"]) <= float(row["speed_in_int8_ci_high"])
+        assert int(row["measured_with_groups_float"]) == fixed["priced_groups_float"] >= fixed["groups_float"]
+    assert fixed["int8_speed_over_fixed_ci_low"] <= fixed["int8_speed_over_fixed"] <= fixed[
+        "int8_speed_over_fixed_ci_high"]
 
 
 @pytest.mark.slow
@@ -213,6 +226,8 @@ def test_naive_config_fails_with_a_scope_that_makes_the_gate_pass_once_pasted(tm
     assert failing.returncode == 1
     assert "accuracy_map50_95_drop" in failed_in_table(failing.stdout), failing.stdout[-3000:]
     assert "Suggested fix:" in failing.stdout and "ignored_scope:" in failing.stdout
+    _assert_priced(project, _json(project, "metrics/autofix.json"))
+    assert "speed with it back in INT8" in (project / "reports/report.md").read_text()  # the report prices them
     block = yaml.safe_load((project / "reports/autofix_scope.yaml").read_text())
     _params(project, quantize=block)
     _run(project, *pipeline)

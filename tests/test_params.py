@@ -85,6 +85,9 @@ def test_repository_params_load():
                      id="tune-no-time"),
         pytest.param(lambda p: p["benchmark"].update(repeats=1),
                      "'repeats' >= 2 (an interval needs two pairs)", id="one-benchmark-pair"),
+        pytest.param(lambda p: p["autofix"].update(price_rounds=1),
+                     "'autofix.price_rounds' is 1 and 'price_seconds' 2; use 0 rounds (no pricing) or 2 or more",
+                     id="one-price-round"),
     ],
 )
 def test_bad_params_name_file_and_key(tmp_path, mutate, expected):

@@ -1,0 +1,65 @@
+"""What a quantizer group kept in float costs in speed: benchmark_app pairs of the fixed model and the same model
+with that one group back in INT8."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import openvino as ov
+
+from qgate.artifacts import INT8_IR_NAME
+from qgate.benchmark_app import benchmark_round
+from qgate.intervals import Interval, ratio_interval
+from qgate.mixed import Group, revert
+from qgate.params import Params
+
+PRICE_COLUMNS = ["group", "first_op", "ops", "speed_in_int8", "speed_in_int8_ci_low", "speed_in_int8_ci_high",
+                 "measured_with_groups_float"]
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Per group: how many times faster the model runs with it back in INT8 (its price in speed), and the plain
+    INT8 model's speed over the fixed one (what all of them cost together), both with intervals."""
+
+    per_group: dict[int, Interval]
+    plain_int8: Interval
+    groups_float: int  # the fixed model's float groups when the prices were measured
+
+
+def price_groups(params: Params, int8: ov.Model, fp32: ov.Model, groups: list[Group], chosen: list[int],
+                 int8_ir: Path) -> Prices:
+    """`autofix.price_rounds` interleaved rounds of the fixed model (every `chosen` group float), of each
+    one-group-less model and of the plain INT8 IR (benchmark_app, `autofix.price_seconds` a run)."""
+    cfg = dataclasses.replace(params.benchmark, seconds=params.autofix.price_seconds)
+    level = params.benchmark.ci_level
+    with tempfile.TemporaryDirectory() as tmp:
+        irs = {"fixed": _saved(revert(int8, fp32, groups, set(chosen)), Path(tmp) / "fixed"), "int8": int8_ir}
+        for group in chosen:
+            irs[f"g{group}"] = _saved(revert(int8, fp32, groups, set(chosen) - {group}), Path(tmp) / f"g{group}")
+        speeds: dict[str, list[float]] = {}
+        for _ in range(params.autofix.price_rounds):
+            benchmark_round(irs, params.baseline.inference_precision, cfg, Path(tmp) / "reports",
+                            params.model.imgsz, speeds, "autofix price")
+    return Prices({g: ratio_interval(speeds[f"g{g}"], speeds["fixed"], level) for g in chosen},
+                  ratio_interval(speeds["int8"], speeds["fixed"], level), len(chosen))
+
+
+def _saved(model: ov.Model, folder: Path) -> Path:
+    path = folder / INT8_IR_NAME
+    ov.save_model(model, path, compress_to_fp16=False)
+    return path
+
+
+def price_rows(prices: Prices | None, groups: list[Group], kept: list[int]) -> list[dict]:
+    """reports/autofix_prices.csv: each kept-float group's price (none when pricing is off or nothing was kept)."""
+    if prices is None:
+        return []
+    return [{"group": g, "first_op": groups[g].ops[0], "ops": len(groups[g].ops),
+             "speed_in_int8": round(prices.per_group[g].point, 3),
+             "speed_in_int8_ci_low": round(prices.per_group[g].low, 3),
+             "speed_in_int8_ci_high": round(prices.per_group[g].high, 3),
+             "measured_with_groups_float": prices.groups_float} for g in kept]
