@@ -199,7 +199,7 @@ class AutofixParams:
     max_evaluations: int
     ci_level: float
     price_rounds: int
-    price_seconds: float
+    price_seconds: int
     # outputs: fixed paths, not keys
     out_dir = "models/int8_fixed"
     steps = "reports/autofix_steps.csv"
