@@ -10,12 +10,10 @@ from qgate.intervals import PairedScorer, difference
 from qgate.mixed import ignored_names, revert
 from qgate.params import Params
 from qgate.pipeline import evaluate_ir, val_images
-from qgate.task_metrics import Scored
-from qgate.tasks import task_for
+from qgate.task_metrics import Scored, TaskMetrics
 from qgate.verdicts import decide
 
 log = logging.getLogger(__name__)
-
 
 
 def step_columns(family: Scored) -> list[str]:
@@ -33,6 +31,19 @@ def plain_int8(int8_metrics: dict, family: Scored, within_target: int) -> dict:
         "drop_ci_high": int8_metrics[key("map50_95_drop_ci_high")], "within_target": within_target}
 
 
+def plain_drop(int8_metrics: dict, family: Scored) -> tuple[float, float, float]:
+    """The plain INT8 model's drop of one family's mAP50-95 and its interval."""
+    return tuple(int8_metrics[family.key(name)] for name in
+                 ("map50_95_drop", "map50_95_drop_ci_low", "map50_95_drop_ci_high"))
+
+
+def aimed_family(task: TaskMetrics, int8_metrics: dict, params: Params) -> Scored:
+    """The metric autofix aims at: of the task's gated families whose plain INT8 drop misses autofix.target_drop,
+    the one that misses it most (a pose model's boxes when its keypoints pass); else the task's own metric."""
+    missing = [f for f in task.scored if not meets_target(params, *plain_drop(int8_metrics, f))]
+    return max(missing, key=lambda f: int8_metrics[f.key("map50_95_drop")]) if missing else task.primary
+
+
 def meets_target(params: Params, drop: float, low: float, high: float) -> bool:
     """Whether a drop meets autofix.target_drop the way the accuracy gate judges its limit (gates.confidence and
     gates.inconclusive: under `point`, autofix aims at the target by the point estimate)."""
@@ -47,17 +58,17 @@ class Search:
     compensated its error), so mAP is not monotonic in the prefix length. On the demo's naive config the top 4
     groups measured a drop of 0.010, the top 8 0.014 and the top 32 0.018. A group is kept only when its
     mAP50-95 gain over the current model is above noise: the lower end of the gain's paired bootstrap interval
-    (same resampled images for both models, `autofix.ci_level`) is above 0. The mAP is the task's own metric
-    (`family`: boxes, a segment model's masks): the one its first accuracy gate judges.
+    (same resampled images for both models, `autofix.ci_level`) is above 0. The mAP is `family`'s: the gated
+    metric the plain INT8 model misses the target on most (`aimed_family`).
     """
 
-    def __init__(self, params: Params, record: dict, fp32, int8, groups, order: list[int], int8_metrics: dict,
-                 detections: tuple[list[dict], list[dict]], executor,
+    def __init__(self, params: Params, record: dict, family: Scored, fp32, int8, groups, order: list[int],
+                 int8_metrics: dict, detections: tuple[list[dict], list[dict]], executor,
                  price: Callable[[list[int]], Prices] | None = None):
         self.params, self.fp32, self.int8, self.groups, self.order = params, fp32, int8, groups, order
         self.record, self.detections, self.executor = record, detections, executor
         self.val = val_images(params, record)  # read and validated once, not per evaluation
-        self.family = task_for(record).metrics.primary
+        self.family = family
         self.start = plain_int8(int8_metrics, self.family, within_target=0)
         self.steps: list[dict] = []
         self.scorer: PairedScorer | None = None  # built on the first evaluation, which brings the ground truth

@@ -258,11 +258,21 @@ AUTOFIX_STOPS = {  # why autofix's search ended short of its target, and what wo
 }
 
 
+def autofix_family(m: Metrics) -> Scored:
+    """The metric family autofix aimed at (recorded in its metrics: the gated one the plain INT8 missed most)."""
+    task, aimed = recorded(m.params.export.record), m.value(m.params.autofix.metrics, "aimed_at")
+    if aimed not in {f.iou_type for f in task.scored}:
+        raise MetricsUnavailable(f"{m.params.autofix.metrics}: 'aimed_at' is {aimed!r}, not one of the "
+                                 f"{task.name} task's metrics; re-run {m.rerun(m.params.autofix.metrics)}")
+    return task.family(aimed)
+
+
 def _autofix_hint(m: Metrics) -> str:
     """autofix's suggestion (the ignored scope to paste and the mAP it reached), or why there is none."""
-    cfg, own = m.params.autofix, recorded(m.params.export.record).primary
-    aim = "" if own.is_box else f" (on {own.title()}, the task's own metric)"  # a box gate's hint must say so
+    cfg = m.params.autofix
     try:
+        own = autofix_family(m)
+        aim = "" if not own.named else f" (on {own.title()})"  # a gate's hint must say which metric autofix fixed
         if not m.value(cfg.metrics, "needed"):
             return (f". autofix found the drop within autofix.target_drop {cfg.target_drop}{aim} and suggests "
                     "nothing: lower autofix.target_drop to below this gate's limit")
@@ -271,7 +281,8 @@ def _autofix_hint(m: Metrics) -> str:
         if not m.value(cfg.metrics, "reached"):
             return (f". autofix did not reach autofix.target_drop {cfg.target_drop}{aim}: best drop {fixed_drop:.4f} "
                     f"after {evaluations} full evaluations; {AUTOFIX_STOPS.get(m.value(cfg.metrics, 'stopped'), '')}"
-                    f"see {cfg.steps}")
+                    f"see {cfg.steps}. Or `make tune`: other quantize settings (range estimator, preset, bias "
+                    "correction) can pass where no small float scope does")
         block = m.read(cfg.scope)
     except MetricsUnavailable as exc:
         return f". (no autofix suggestion: {exc})"

@@ -19,7 +19,7 @@ from qgate import registry, report
 from qgate.artifacts import fixed_ir
 from qgate.cli import run_tool
 from qgate.errors import QgateError
-from qgate.gates import GATED_STAGES, Metrics, Verdict, judge_all
+from qgate.gates import GATED_STAGES, Metrics, Verdict, autofix_family, judge_all
 from qgate.params import Params, load_params
 from qgate.task_metrics import recorded
 
@@ -101,7 +101,8 @@ def verdict_fields(params: Params, m: Metrics, verdicts: list[Verdict], head: st
     p, fix = params, params.autofix.metrics
     fixed = bool(m.value(fix, "needed"))
     ci = m.number(p.int8_eval.metrics, "ci_level")
-    key = recorded(p.export.record).primary.key  # the task's own metric: box mAP, a segment model's mask mAP
+    # the task's own metric (box mAP, a segment model's mask mAP); for autofix's IR, the one it aimed at
+    key = (autofix_family(m) if fixed else recorded(p.export.record).primary).key
     if fixed:  # the shipped IR is autofix's: its own mAP and drop interval, and its benchmark
         int8_map, drop = m.number(fix, f"fixed_{key()}"), m.number(fix, f"fixed_{key('map50_95_drop')}")
         low = m.number(fix, f"fixed_{key('map50_95_drop')}_ci_low")

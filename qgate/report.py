@@ -12,13 +12,13 @@ import numpy as np
 
 from qgate import registry
 from qgate.errors import QgateError
-from qgate.gates import Metrics, MetricsUnavailable, Verdict, gates
+from qgate.gates import Metrics, MetricsUnavailable, Verdict, autofix_family, gates
 from qgate.io import write_bytes, write_text
 from qgate.page import Section, figure, render_html, render_markdown
 from qgate.params import Params
 from qgate.plots import sensitivity_figure
 from qgate.summary import headline, needs_attention, result_text, terminal
-from qgate.task_metrics import recorded
+from qgate.task_metrics import Scored, recorded
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +89,12 @@ def _results(m: Metrics) -> Section:
                  _num(_get(m, bench, "int8_latency_ms"), 2), _num(_get(m, bench, "int8_fps"), 1),
                  _num(_get(m, bench, "int8_size_mb"), 2)])
     fix = p.autofix.metrics
-    if _get(m, fix, "needed"):  # autofix measures the task's own metric only
-        own = task.primary
+    if _get(m, fix, "needed"):  # autofix measures the metric it aimed at only
+        aimed = _aimed(m)
         rows.append([f"INT8 fixed (autofix: {_num(_get(m, fix, 'ops_float_added'))} more ops float)",
                      f"int8 + float (at {_num(_get(m, int8, 'inference_precision'))})",
-                     _num(_get(m, fix, f"fixed_{own.key()}")), _num(_get(m, fix, f"fixed_{own.key('map50')}")),
-                     *(["not measured"] * (len(keys) - 2)),
+                     *(_num(_get(m, fix, f"fixed_{f.key(name)}")) if f == aimed else "not measured"
+                       for f in reversed(task.scored) for name in ("map50_95", "map50")),
                      _num(_get(m, bench, "fixed_latency_ms"), 2), _num(_get(m, bench, "fixed_fps"), 1),
                      _num(_get(m, bench, "fixed_size_mb"), 2)])
     lead = " ".join(_accuracy_lead(m, family) for family in reversed(task.scored)) + (
@@ -103,6 +103,14 @@ def _results(m: Metrics) -> Section:
     titles = [f.title(name) for f in reversed(task.scored) for name in ("mAP50-95", "mAP50")]
     header = ["model", "precision run", *titles, "latency ms", "FPS", "size MB"]
     return Section("Results", [lead], [(header, rows)])
+
+
+def _aimed(m: Metrics) -> Scored:
+    """The family autofix aimed at; the task's own one when autofix's metrics cannot say (its section says why)."""
+    try:
+        return autofix_family(m)
+    except MetricsUnavailable:
+        return recorded(m.params.export.record).primary
 
 
 def _accuracy_lead(m: Metrics, family) -> str:
@@ -256,7 +264,7 @@ def _autofix(m: Metrics) -> Section:
                         f"group back in INT8, {p.autofix.price_rounds} interleaved rounds of "
                         f"{p.autofix.price_seconds:g} s; pruning tried the costliest back first. Above 1: the group "
                         "costs that much speed.")
-    own = recorded(p.export.record).primary
+    own = _aimed(m)
     header = ["#", "tried", "groups float", "ops float", own.title(), "drop", "within target", "kept",
               "eval images/s"]
     table = [[s["evaluation"], s.get("tried", ""), s["groups_float"], s["ops_float"], s[own.key()],

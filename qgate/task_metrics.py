@@ -50,6 +50,10 @@ class TaskMetrics:
         """The family the task exists for (masks of a segment model)."""
         return self.scored[-1]
 
+    def family(self, iou_type: str) -> Scored:
+        """The scored family of this iouType (autofix records the one it aimed at)."""
+        return next(f for f in self.scored if f.iou_type == iou_type)
+
 
 TASK_METRICS = {task.name: task for task in (
     TaskMetrics("detect", (BOX,)),

@@ -1,4 +1,4 @@
-"""Put the top-ranked quantizer groups back in float until the INT8 drop of the task's mAP50-95 is within target."""
+"""Put the top-ranked quantizer groups back in float until the INT8 mAP50-95 drop the gates judge is within target."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import openvino as ov
 import yaml
 
-from qgate.autofix_search import Search, meets_target, plain_int8, step_columns
+from qgate.autofix_search import Search, aimed_family, meets_target, plain_drop, plain_int8, step_columns
 from qgate.cli import run_stage
 from qgate.backends import open_executor
 from qgate.errors import QgateError
@@ -34,15 +34,15 @@ def main(params: Params) -> dict:
     record = export_record(params)
     int8_path = require_int8_ir(params)
     int8_metrics = read_json(require_output(params.int8_eval.metrics, "int8_eval"))
-    family = task_for(record).metrics.primary
+    family = aimed_family(task_for(record).metrics, int8_metrics, params)
     key = family.key
     baseline = int8_metrics[f"baseline_{key()}"]
     start = time.perf_counter()
-    drop = [int8_metrics[key(name)] for name in ("map50_95_drop", "map50_95_drop_ci_low", "map50_95_drop_ci_high")]
+    drop = plain_drop(int8_metrics, family)
     needed = not meets_target(params, *drop)
     if not needed:
-        log.info("autofix: the plain INT8 model meets autofix.target_drop %.4f (drop %.4f [%.4f, %.4f]); nothing "
-                 "to fix", cfg.target_drop, *drop)
+        log.info("autofix: the plain INT8 model meets autofix.target_drop %.4f (%s drop %.4f [%.4f, %.4f], the "
+                 "largest); nothing to fix", cfg.target_drop, family.title(), *drop)
         _save_copy(int8_path.parent, Path(cfg.out_dir))
         steps, names = [], []
         best = plain_int8(int8_metrics, family, within_target=1)
@@ -56,7 +56,8 @@ def main(params: Params) -> dict:
         price = ((lambda kept: price_groups(params, int8, fp32, groups, kept, int8_path)) if cfg.price_rounds
                  else None)
         with open_executor(params.compute) as executor:
-            search = Search(params, record, fp32, int8, groups, order, int8_metrics, detections, executor, price)
+            search = Search(params, record, family, fp32, int8, groups, order, int8_metrics, detections, executor,
+                            price)
             chosen, best = search.run()
         steps, names = search.steps, ignored_names(groups, set(chosen))
         revert_and_save(int8, fp32, groups, set(chosen), Path(cfg.out_dir))
@@ -68,6 +69,7 @@ def main(params: Params) -> dict:
         "needed": int(needed),
         "reached": int(best["within_target"]),
         "target_drop": cfg.target_drop,
+        "aimed_at": family.iou_type,
         "groups_float": len(chosen) if needed else 0,
         "ops_float_added": len(names),
         "evaluations": len(steps),
