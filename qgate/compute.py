@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 
-
 @dataclass(frozen=True)
 class Job:
     """What every worker sets up once, and the pure function it runs per item (results in item order)."""

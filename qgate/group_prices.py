@@ -54,12 +54,8 @@ def _saved(model: ov.Model, folder: Path) -> Path:
     return path
 
 
-def price_rows(prices: Prices | None, groups: list[Group], kept: list[int]) -> list[dict]:
-    """reports/autofix_prices.csv: each kept-float group's price (none when pricing is off or nothing was kept)."""
-    if prices is None:
-        return []
+def price_rows(prices: Prices, groups: list[Group], kept: list[int]) -> list[dict]:
+    """reports/autofix_prices.csv: each kept-float group's price."""
     return [{"group": g, "first_op": groups[g].ops[0], "ops": len(groups[g].ops),
-             "speed_in_int8": round(prices.per_group[g].point, 3),
-             "speed_in_int8_ci_low": round(prices.per_group[g].low, 3),
-             "speed_in_int8_ci_high": round(prices.per_group[g].high, 3),
-             "measured_with_groups_float": prices.groups_float} for g in kept]
+             **prices.per_group[g].fields("speed_in_int8", 3), "measured_with_groups_float": prices.groups_float}
+            for g in kept]

@@ -47,6 +47,11 @@ class Interval:
         """Half the interval's width: differences smaller than this are inside the noise of the data."""
         return (self.high - self.low) / 2
 
+    def fields(self, key: str, digits: int) -> dict:
+        """{key, key_ci_low, key_ci_high} rounded to `digits`: how metrics files and tables write an interval."""
+        return {key: round(self.point, digits), f"{key}_ci_low": round(self.low, digits),
+                f"{key}_ci_high": round(self.high, digits)}
+
     def text(self, digits: int = 4) -> str:
         """'0.0073 [0.0005, 0.0160] (95%)'."""
         return f"{self.point:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}] ({self.level:.0%})"

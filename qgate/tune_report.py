@@ -22,15 +22,12 @@ def pareto_rows(params: Params, task, candidates: list[Candidate], first_round: 
     limit = getattr(params.gates, f"max_{own.key('map50_95_drop')}")
     rows = []
     for c in (c for c in candidates if c.name in first_round):
-        drop = c.drops[own.key()]
         row = {"candidate": c.name, "status": c.status, "speedup": round(first_round[c.name], 3),
-               "drop": round(drop.point, 5), "drop_ci_low": round(drop.low, 5), "drop_ci_high": round(drop.high, 5),
-               "limit": limit, "chosen": int(bool(result) and c.name == result.chosen),
+               **c.drops[own.key()].fields("drop", 5), "limit": limit,
+               "chosen": int(bool(result) and c.name == result.chosen),
                "beaten_by": result.beaten_by.get(c.name, "") if result else ""}
         if result and c.name in result.speedups:
-            speedup = result.speedups[c.name]
-            row |= {"speedup": round(speedup.point, 3), "speedup_ci_low": round(speedup.low, 3),
-                    "speedup_ci_high": round(speedup.high, 3)}
+            row |= result.speedups[c.name].fields("speedup", 3)
         rows.append(row)
     for row in rows:
         row["pareto"] = int(not any(_dominates(other, row) for other in rows))

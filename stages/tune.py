@@ -69,7 +69,6 @@ def main(params: Params) -> dict:
     return metrics
 
 
-
 def search_space(params: Params) -> list[Candidate]:
     """The current quantize settings first (`c0`), then every other combination of `tune.space`, in order."""
     current = {key: getattr(params.quantize, key) for key in SPACE_KEYS}
@@ -269,13 +268,9 @@ def table(candidates: list[Candidate], task, first_round: dict[str, float], resu
         for f in task.metrics.scored:
             drop = c.drops.get(f.key())
             if drop is not None:
-                key = f.key("map50_95_drop")
-                row |= {key: round(drop.point, 5), f"{key}_ci_low": round(drop.low, 5),
-                        f"{key}_ci_high": round(drop.high, 5)}
+                row |= drop.fields(f.key("map50_95_drop"), 5)
         if result and c.name in result.speedups:
-            speedup = result.speedups[c.name]
-            row |= {"speedup": round(speedup.point, 3), "speedup_ci_low": round(speedup.low, 3),
-                    "speedup_ci_high": round(speedup.high, 3), "beaten_by": result.beaten_by[c.name]}
+            row |= result.speedups[c.name].fields("speedup", 3) | {"beaten_by": result.beaten_by[c.name]}
         row["chosen"] = int(bool(result) and c.name == result.chosen)
         rows.append(row)
     return rows
@@ -287,9 +282,9 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
     if chosen is None:
         return ("# tune found no candidate that passes the accuracy gates on the whole val split (reports/tune.csv "
                 "says why each one stopped);\n# nothing to paste. Widen tune.space or raise the budget.\n")
-    own = task.metrics.primary
-    drop, speedup = chosen.drops[own.key()], result.speedups[chosen.name]
-    measured = (f"# {own.title()} drop {drop.text()} on all {chosen.images} val images; speed-up "
+    drops = "; ".join(f"{f.title()} drop {chosen.drops[f.key()].text()}" for f in reversed(task.metrics.scored))
+    speedup = result.speedups[chosen.name]
+    measured = (f"# {drops} on all {chosen.images} val images; speed-up "
                 f"{speedup.point:.2f}x [{speedup.low:.2f}, {speedup.high:.2f}] over FP32 ({params.benchmark.hint}, "
                 f"{describe(cpu_info())}).\n")
     if chosen.name == "c0":
@@ -314,12 +309,8 @@ def summary(params: Params, task, candidates: list[Candidate], evaluations: int,
                "chosen": chosen.name if chosen else "", "chosen_settings": chosen.settings if chosen else {}}
     if chosen is not None:
         for f in task.metrics.scored:
-            drop, key = chosen.drops[f.key()], f"chosen_{f.key('map50_95_drop')}"
-            metrics |= {key: round(drop.point, 5), f"{key}_ci_low": round(drop.low, 5),
-                        f"{key}_ci_high": round(drop.high, 5)}
-        speedup = result.speedups[chosen.name]
-        metrics |= {"chosen_speedup": round(speedup.point, 3), "chosen_speedup_ci_low": round(speedup.low, 3),
-                    "chosen_speedup_ci_high": round(speedup.high, 3), "benchmark_rounds": result.rounds}
+            metrics |= chosen.drops[f.key()].fields(f"chosen_{f.key('map50_95_drop')}", 5)
+        metrics |= result.speedups[chosen.name].fields("chosen_speedup", 3) | {"benchmark_rounds": result.rounds}
     return metrics | {"ci_level": params.int8_eval.ci_level, "hint": params.benchmark.hint,
                       "seconds": round(seconds, 1), **cpu_info(), "model_sha256": record["model_sha256"]}
 
