@@ -10,6 +10,8 @@ metric and of box mAP50-95 with their 95% intervals, the speed-up, and the CPU.
     python benchmarks/float_rules.py PROJECT --speed    # and benchmark_app's speed-up per setting
     python benchmarks/float_rules.py PROJECT --also-float-types ConvolutionBackpropData --only "head decode (default)"
         # adds a setting: the default plus every op of these types float (a segment head's prototype upsample)
+    python benchmarks/float_rules.py PROJECT --quantize range_estimator=minmax --only "head decode (default)"
+        # adds a setting: the default rules with other quantize values (here: ranges that clip no activation)
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def main() -> None:
                         help="add a setting: the default rules plus every op of these OpenVINO types float")
     parser.add_argument("--only", nargs="+", default=list(SETTINGS), metavar="SETTING",
                         help="run only these of the built-in settings")
+    parser.add_argument("--quantize", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="add a setting: the default rules with these quantize values (YAML values)")
     args = parser.parse_args()
     project = args.project.resolve()
     task = recorded(project / "metrics" / "export_record.json")
@@ -77,6 +81,9 @@ def main() -> None:
     if args.also_float_types:
         name = "head decode + " + ", ".join(args.also_float_types) + " ops"
         settings[name] = {**SETTINGS["head decode (default)"], "ignored_scope": {"types": args.also_float_types}}
+    if args.quantize:
+        values = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.quantize)}
+        settings["head decode + " + ", ".join(args.quantize)] = {**SETTINGS["head decode (default)"], **values}
     rows = []
     for name, quantize in settings.items():
         with tempfile.TemporaryDirectory() as tmp:
