@@ -250,10 +250,11 @@ def _autofix(m: Metrics) -> Section:
         m.value(p.sensitivity.metrics, "model_sha256")
     except MetricsUnavailable as exc:
         return Section("Sensitivity and autofix", [str(exc)])
+    own = _aimed(m)
     if not needed:
         text = [f"The plain INT8 model is within `autofix.target_drop` {p.autofix.target_drop}: nothing to fix."]
     else:
-        text = [f"Quantizer groups tried in float in sensitivity order (+), each kept only if the mAP50-95 drop "
+        text = [f"Quantizer groups tried in float in sensitivity order (+), each kept only if the {own.title()} drop "
                 f"got smaller, until it was within `autofix.target_drop` {p.autofix.target_drop}; then kept groups "
                 "put back to int8 (-) where the drop stayed within. Each evaluation is a real mixed-precision model "
                 f"scored on the whole `{p.baseline.split}` split. Evaluation images/s is the scoring loop's rate "
@@ -264,7 +265,6 @@ def _autofix(m: Metrics) -> Section:
                         f"group back in INT8, {p.autofix.price_rounds} interleaved rounds of "
                         f"{p.autofix.price_seconds:g} s; pruning tried the costliest back first. Above 1: the group "
                         "costs that much speed.")
-    own = _aimed(m)
     header = ["#", "tried", "groups float", "ops float", own.title(), "drop", "within target", "kept",
               "eval images/s"]
     table = [[s["evaluation"], s.get("tried", ""), s["groups_float"], s["ops_float"], s[own.key()],
