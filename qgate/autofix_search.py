@@ -25,10 +25,9 @@ def step_columns(family: Scored) -> list[str]:
 
 def plain_int8(int8_metrics: dict, family: Scored, within_target: int) -> dict:
     """The plain INT8 model as a search step: its value of the task's metric, the drop and its interval."""
-    key = family.key
-    return {key(name): int8_metrics[key(name)] for name in ("map50_95", "map50", "map50_95_drop")} | {
-        "drop_ci_low": int8_metrics[key("map50_95_drop_ci_low")],
-        "drop_ci_high": int8_metrics[key("map50_95_drop_ci_high")], "within_target": within_target}
+    drop, low, high = plain_drop(int8_metrics, family)
+    return {family.key(name): int8_metrics[family.key(name)] for name in ("map50_95", "map50")} | {
+        family.key("map50_95_drop"): drop, "drop_ci_low": low, "drop_ci_high": high, "within_target": within_target}
 
 
 def plain_drop(int8_metrics: dict, family: Scored) -> tuple[float, float, float]:
@@ -41,7 +40,7 @@ def aimed_family(task: TaskMetrics, int8_metrics: dict, params: Params) -> Score
     """The metric autofix aims at: of the task's gated families whose plain INT8 drop misses autofix.target_drop,
     the one that misses it most (a pose model's boxes when its keypoints pass); else the task's own metric."""
     missing = [f for f in task.scored if not meets_target(params, *plain_drop(int8_metrics, f))]
-    return max(missing, key=lambda f: int8_metrics[f.key("map50_95_drop")]) if missing else task.primary
+    return max(missing, key=lambda f: plain_drop(int8_metrics, f)[0]) if missing else task.primary
 
 
 def meets_target(params: Params, drop: float, low: float, high: float) -> bool:
