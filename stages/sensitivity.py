@@ -60,6 +60,7 @@ def main(params: Params) -> dict:
         "top_quantizer": rows[0]["quantizer"] if rows else "",
         "top_error_removed": rows[0]["error_removed"] if rows else 0.0,
         "top_first_op": rows[0]["first_op"] if rows else "",
+        "clip_error_share": ranked_clip_share(rows),
         "lead_divergent_layer": lead,
         "lead_divergent_rank": lead_rank,
         "int8_detection_error": round(float(np.mean(scores["base"])), 6),
@@ -156,6 +157,14 @@ def divergence_rows(params: Params) -> list[dict]:
 def clip_shares(layers: list[dict]) -> dict[str, float]:
     """Clipping's share of the quantization error per op, from the divergence rows."""
     return {r["name"]: float(r["clip_error_share"]) for r in layers if r["clip_error_share"]}
+
+
+def ranked_clip_share(rows: list[dict]) -> float:
+    """Clipping's share of the ranked groups' quantization error, each group weighted by the detection error float
+    there removes: high when what breaks the detections is ranges too narrow (a wider range estimator's case)."""
+    weighted = [(max(r["error_removed"], 0.0), r["clip_error_share"]) for r in rows if r["clip_error_share"] != ""]
+    total = sum(weight for weight, _ in weighted)
+    return round(sum(weight * share for weight, share in weighted) / total, 4) if total else 0.0
 
 
 def lead_divergent(rows: list[dict], divergent: list[str]) -> tuple[str, int]:

@@ -136,6 +136,24 @@ def test_each_gate_fails_alone_with_value_limit_and_hint(project, gate, breaks, 
         assert fragment in message, message
 
 
+@pytest.mark.parametrize("share, estimator, advised", [(0.76, "default", True), (0.3, "default", False),
+                                                      (0.76, "minmax", False)])
+def test_a_failed_accuracy_gate_advises_a_wider_range_only_where_clipping_dominates(project, share, estimator,
+                                                                                   advised):
+    """sensitivity.json's clip_error_share: 0.76 on the pose demo minmax fixed, about 0.3 on the demo, 0.09 on the
+    COCO reference's naive config (a decode problem); no advice to set what is already set."""
+    _dropped(project)
+    edit_json(project, "metrics/sensitivity.json", clip_error_share=share)
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params.setdefault("quantize", {})["range_estimator"] = estimator
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    result = run_gates(project)
+    assert failed_gates(result) == {"accuracy_map50_95_drop"}, result.stdout
+    message = next(line for line in result.stdout.splitlines() if line.startswith("accuracy_map50_95_drop:"))
+    assert ("try `range_estimator: minmax` under `quantize:`" in message) == advised, message
+    assert ("Clipping is 76% of the quantization error" in message) == advised, message
+
+
 def test_missing_benchmark_fails_speed_gates_instead_of_skipping(project):
     edit_gates(project, max_latency_ms=100.0)
     (project / "metrics/benchmark.json").unlink()
