@@ -261,7 +261,7 @@ AUTOFIX_STOPS = {  # why autofix's search ended short of its target, and what wo
 # Over half the error that matters is clipping: ranges too narrow, which a wider range estimator fixes for every
 # layer at once (the failing pose demo: 76%, minmax brought its box drop from 0.017 to 0.002; the COCO reference's
 # naive config, a decode problem: 9%)
-MOSTLY = 0.5
+CLIPPING_DOMINATES = 0.5
 
 
 def _clipping_hint(m: Metrics) -> str:
@@ -271,7 +271,7 @@ def _clipping_hint(m: Metrics) -> str:
         share = m.number(sens.metrics, "clip_error_share")
     except MetricsUnavailable:
         return ""  # a hint, not a verdict: an older sensitivity.json only loses this sentence
-    if share <= MOSTLY or m.params.quantize.range_estimator == "minmax":
+    if share <= CLIPPING_DOMINATES or m.params.quantize.range_estimator == "minmax":
         return ""
     return (f". Clipping is {share:.0%} of the quantization error where it costs detections ({sens.csv}, weighted "
             "by the error each group's float version removes): try `range_estimator: minmax` under `quantize:` "
