@@ -48,11 +48,15 @@ def edit_json(project: Path, name: str, **changes) -> None:
     path.write_text(json.dumps(data))
 
 
-def edit_gates(project: Path, **changes) -> None:
+def edit_params(project: Path, section: str, **changes) -> None:
     path = project / "params.yaml"
     params = yaml.safe_load(path.read_text()) or {}
-    params.setdefault("gates", {}).update(changes)
+    params.setdefault(section, {}).update(changes)
     path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def edit_gates(project: Path, **changes) -> None:
+    edit_params(project, "gates", **changes)
 
 
 def failed_gates(result: subprocess.CompletedProcess) -> set[str]:
@@ -144,9 +148,7 @@ def test_a_failed_accuracy_gate_advises_a_wider_range_only_where_clipping_domina
     COCO reference's naive config (a decode problem); no advice to set what is already set."""
     _dropped(project)
     edit_json(project, "metrics/sensitivity.json", clip_error_share=share)
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params.setdefault("quantize", {})["range_estimator"] = estimator
-    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    edit_params(project, "quantize", range_estimator=estimator)
     result = run_gates(project)
     assert failed_gates(result) == {"accuracy_map50_95_drop"}, result.stdout
     message = next(line for line in result.stdout.splitlines() if line.startswith("accuracy_map50_95_drop:"))
