@@ -90,7 +90,7 @@ def _make(project: Path, target: str) -> subprocess.CompletedProcess:
 def test_make_tune_fixes_a_failing_config_and_make_gate_passes_the_pasted_block(tmp_path, demo_checkout):
     """The naive config (INT8 head decode) fails the demo's gate (drop 0.017-0.026 on demos trained on two
     machines); tune's other candidate keeps the decode float. Pasted, `make gate` measures the same model: the
-    drop tune measured, and a speed-up inside tune's interval."""
+    drop tune measured, and a speed-up interval that overlaps tune's."""
     project = tmp_path / "demo"
     shutil.copytree(demo_checkout, project, symlinks=True)
     params = yaml.safe_load((project / "params.yaml").read_text())
@@ -120,5 +120,7 @@ def test_make_tune_fixes_a_failing_config_and_make_gate_passes_the_pasted_block(
     # the same model: the same drop and interval (both rounded to 5 digits)
     assert int8["map50_95_drop"] == pytest.approx(metrics["chosen_map50_95_drop"], abs=2e-5), (int8, metrics)
     assert int8["map50_95_drop_ci_low"] == pytest.approx(metrics["chosen_map50_95_drop_ci_low"], abs=2e-5)
-    assert metrics["chosen_speedup_ci_low"] <= speed["speedup_fps"] <= metrics["chosen_speedup_ci_high"], (
-        speed, metrics)
+    # two runs of one benchmark, minutes apart on a shared CPU, agree when their intervals overlap; a point of one
+    # inside the other's interval is a stricter claim than either interval makes (CI fell 0.06 outside it once)
+    assert speed["speedup_fps_ci_low"] <= metrics["chosen_speedup_ci_high"], (speed, metrics)
+    assert metrics["chosen_speedup_ci_low"] <= speed["speedup_fps_ci_high"], (speed, metrics)
