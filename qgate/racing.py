@@ -133,17 +133,25 @@ class Fastest:
     rounds: int  # interleaved benchmark rounds the finalists ran
 
 
+def pair_level(level: float, finalists: int) -> float:
+    """The level of each finalist-to-finalist ratio interval, so that all of them together hold at `level`
+    (Bonferroni over the pairs: three finalists make three claims, and one in twenty ties would look decided at
+    95% each)."""
+    pairs = max(1, finalists * (finalists - 1) // 2)
+    return 1 - (1 - level) / pairs
+
+
 def fastest(order: list[str], speeds: dict[str, list[float]], fp32: list[float], level: float) -> Fastest:
     """The first finalist in search order that no other finalist beats beyond noise.
 
     `speeds` are per-round measurements (interleaved rounds: index i of every list ran in the same round),
-    higher is faster. A finalist beats another when their paired speed ratio's interval lies above 1: a point
-    value inside the noise never decides, so the earlier (less changed) config is kept on a tie.
+    higher is faster. A finalist beats another when their paired speed ratio's interval (at `pair_level`) lies
+    above 1: a point value inside the noise never decides, so the earlier (less changed) config is kept on a tie.
     """
-    beaten_by = {}
+    beaten_by, each = {}, pair_level(level, len(order))
     for name in order:
         beaten_by[name] = next((other for other in order if other != name and
-                                ratio_interval(speeds[other], speeds[name], level).low > 1.0), "")
+                                ratio_interval(speeds[other], speeds[name], each).low > 1.0), "")
     unbeaten = [name for name in order if not beaten_by[name]]
     chosen = unbeaten[0] if unbeaten else max(order, key=lambda n: sorted(speeds[n])[len(speeds[n]) // 2])
     return Fastest(chosen, {name: ratio_interval(speeds[name], fp32, level) for name in order}, beaten_by, len(fp32))
@@ -153,9 +161,10 @@ def contested(result: Fastest, speeds: dict[str, list[float]], level: float, spr
     """Why more rounds could change the choice ('' when they could not): a finalist that ran faster than the
     chosen one on the point value, but not beyond noise, with a ratio interval still wider than `spread` of the
     ratio either way (`benchmark.max_spread`: a ratio known that well is a tie, more rounds would not decide)."""
+    each = pair_level(level, len(speeds))
     for name in speeds:
         if name != result.chosen:
-            ratio = ratio_interval(speeds[name], speeds[result.chosen], level)
+            ratio = ratio_interval(speeds[name], speeds[result.chosen], each)
             if ratio.point > 1.0 >= ratio.low and (ratio.high - ratio.low) / 2 > spread * ratio.point:
                 return f"{name} ran {ratio.point:.2f}x the speed of {result.chosen}, within a wide interval"
     return ""

@@ -6,7 +6,7 @@ import pytest
 
 from qgate.intervals import PairedScorer, difference
 from qgate.racing import (DROPPED, FAILED, PASSED, UNFINISHED, Budget, Candidate, Limit, Race, contested, fastest,
-                          subset_sizes)
+                          pair_level, subset_sizes)
 from tests.test_intervals import _subset, synthetic_pair
 
 IMAGES = 200
@@ -82,6 +82,18 @@ def test_a_candidate_faster_beyond_noise_is_chosen():
     result = fastest(["current", "faster"], {"current": STEADY, "faster": faster}, FP32, 0.95)
     assert result.chosen == "faster" and result.beaten_by["current"] == "faster"
     assert 1.9 < result.speedups["faster"].low < result.speedups["faster"].high < 2.1
+
+
+def test_a_pair_that_decides_between_two_finalists_is_a_tie_among_three():
+    """Three finalists make three pairwise claims: each ratio's interval is wider (Bonferroni), so a 1.6% gain
+    that is beyond noise at 95% with one pair no longer decides with three."""
+    other = [152.0, 156.0, 150.0, 154.0]  # 1.017x STEADY: [1.003, 1.030] at 95%, [0.996, 1.037] at 98.3%
+    two = {"current": STEADY, "other": other}
+    assert fastest(list(two), two, FP32, 0.95).chosen == "other"
+    three = {**two, "slow": [140.0, 141.0, 139.0, 140.0]}
+    result = fastest(list(three), three, FP32, 0.95)
+    assert result.chosen == "current" and result.beaten_by == {"current": "", "other": "", "slow": "current"}
+    assert pair_level(0.95, 3) == pytest.approx(1 - 0.05 / 3) and pair_level(0.95, 1) == 0.95
 
 
 def test_more_rounds_are_asked_for_only_while_a_faster_point_is_within_a_wide_interval():
