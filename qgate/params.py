@@ -411,6 +411,11 @@ def _coerce(hint: Any, value: Any, path: Path, name: str, retired: list[str]) ->
     return hint(value)
 
 
+def ignored_scope(raw: Any, path: str | Path) -> IgnoredScopeParams:
+    """A `quantize.ignored_scope` mapping from another file (autofix's block), checked as params.yaml's is."""
+    return _build(IgnoredScopeParams, raw, Path(path), "quantize.ignored_scope.", [])
+
+
 def as_dict(value: Any) -> Any:
     """Params (or a section) as plain YAML data: every key with its resolved value, tuples as lists."""
     if dataclasses.is_dataclass(value):

@@ -10,6 +10,8 @@ from qgate.params import Params
 from qgate.plots import pareto_figure
 from qgate.racing import Candidate, Fastest
 
+SCOPE = "ignored_scope"  # the quantize key only autofix's candidate sets (tune.csv: float_scope)
+
 PARETO_COLUMNS = ["candidate", "status", "speedup", "speedup_ci_low", "speedup_ci_high", "drop", "drop_ci_low",
                   "drop_ci_high", "limit", "pareto", "chosen", "beaten_by"]
 
@@ -46,7 +48,7 @@ def write_page(params: Params, task, candidates: list[Candidate], rows: list[dic
     cfg = params.tune
     write_csv(cfg.pareto_csv, rows, PARETO_COLUMNS)
     verdict = headline(metrics)
-    sections = [_choice(metrics, block), _pareto(params, task, rows), _candidates(task, candidates, rows)]
+    sections = [_choice(metrics, block), _pareto(params, task, rows), _candidates(params, task, candidates, rows)]
     text, files = render_markdown(verdict, sections, page_files(params), title="qgate tune")
     for name, data in files.items():
         write_bytes(page_files(params) / name, data)
@@ -94,14 +96,24 @@ def _pareto(params: Params, task, rows: list[dict]) -> Section:
                    figures=[figure(fig, f"Speed-up against {own.title()} drop, gate limit dashed")])
 
 
-def _candidates(task, candidates: list[Candidate], rows: list[dict]) -> Section:
+def scope_change(params: Params, settings: dict) -> str:
+    """What a candidate's float scope adds to the current `quantize.ignored_scope` ('' when nothing: only
+    autofix's candidate carries a scope of its own)."""
+    scope = settings.get(SCOPE)
+    if scope is None:
+        return ""
+    return f"autofix's: +{len(set(scope['names']) - set(params.quantize.ignored_scope.names))} ops float"
+
+
+def _candidates(params: Params, task, candidates: list[Candidate], rows: list[dict]) -> Section:
     speed = {r["candidate"]: r for r in rows}
     header = ["candidate", "changed from c0", "status", "images",
               *(f"{f.title()} drop" for f in task.metrics.scored), "speed-up", "why"]
     current = candidates[0].settings if candidates else {}
     table = []
     for c in candidates:
-        changed = ", ".join(f"{k} {v}" for k, v in c.settings.items() if current.get(k) != v) or "-"
+        changes = [f"{k} {v}" for k, v in c.settings.items() if k != SCOPE and current.get(k) != v]
+        changed = ", ".join(filter(None, [*changes, scope_change(params, c.settings)])) or "-"
         drops = [c.drops[f.key()].text() if f.key() in c.drops else "-" for f in task.metrics.scored]
         beaten = speed.get(c.name, {}).get("beaten_by")
         why = c.why or (f"{beaten} is faster beyond noise" if beaten else "-")

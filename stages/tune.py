@@ -25,14 +25,14 @@ from qgate.evaluator import Predictor, predict
 from qgate.heads import Postprocess
 from qgate.intervals import Interval, PairedScorer, difference
 from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
-from qgate.params import Params, TuneSpaceParams
+from qgate.params import Params, TuneSpaceParams, ignored_scope
 from qgate.pipeline import val_images
 from qgate.quantization import calibration_images, quantize_model, rule_scope
 from qgate.racing import (DROPPED, FAILED, PASSED, SAME, UNFINISHED, Budget, Candidate, Fastest, Limit, Race, contested,
                           fastest)
 from qgate.runtime import PortableModel
 from qgate.tasks import task_for
-from qgate.tune_report import page_files, pareto_rows, write_page
+from qgate.tune_report import SCOPE, page_files, pareto_rows, scope_change, write_page
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def main(params: Params) -> dict:
         race.run(scorer.score, scorer.twin)
     first_round, result = measure_speed(params, scorer, candidates)
     seconds = time.perf_counter() - start
-    write_csv(cfg.csv, table(candidates, task, first_round, result), columns(task))
+    write_csv(cfg.csv, table(params, candidates, task, first_round, result), columns(task))
     chosen = next((c for c in candidates if result and c.name == result.chosen), None)
     block = quantize_block(params, task, candidates, chosen, result)
     write_text(cfg.block, block)
@@ -70,12 +70,29 @@ def main(params: Params) -> dict:
 
 
 def search_space(params: Params) -> list[Candidate]:
-    """The current quantize settings first (`c0`), then every other combination of `tune.space`, in order."""
+    """The current quantize settings first (`c0`), then every other combination of `tune.space`, in order; last,
+    the current settings with autofix's float scope, when autofix keeps more ops float than they do."""
     current = {key: getattr(params.quantize, key) for key in SPACE_KEYS}
     grid = [dict(zip(SPACE_KEYS, values)) for values in
             itertools.product(*(getattr(params.tune.space, key) for key in SPACE_KEYS))]
     settings = [current, *(g for g in grid if g != current)]
+    scope = autofix_scope(params)
+    if scope is not None:
+        settings.append({**current, SCOPE: scope})
     return [Candidate(f"c{index}", values) for index, values in enumerate(settings)]
+
+
+def autofix_scope(params: Params) -> dict | None:
+    """autofix's `quantize.ignored_scope` block (the sensitivity-ranked groups it keeps float, chosen by their
+    measured speed cost), when it names ops the current scope does not; None otherwise, or when autofix has not
+    run (the stage run by hand: `make tune` runs autofix first)."""
+    path = Path(params.autofix.scope)
+    if not path.exists():
+        log.info("tune: no %s (autofix has not run): no float-scope candidate", path)
+        return None
+    scope = (yaml.safe_load(path.read_text()) or {}).get(SCOPE)
+    ignored_scope(scope, path)  # a hand-edited block fails here, naming the file, not inside NNCF
+    return scope if set(scope["names"]) - set(params.quantize.ignored_scope.names) else None
 
 
 def accuracy_limits(params: Params, task) -> list[Limit]:
@@ -85,8 +102,11 @@ def accuracy_limits(params: Params, task) -> list[Limit]:
 
 
 def with_settings(params: Params, settings: dict) -> Params:
-    """`params` with a candidate's quantize values."""
-    return dataclasses.replace(params, quantize=dataclasses.replace(params.quantize, **settings))
+    """`params` with a candidate's quantize values (and its float scope, for autofix's candidate)."""
+    values = dict(settings)
+    if SCOPE in values:
+        values[SCOPE] = ignored_scope(values[SCOPE], params.autofix.scope)
+    return dataclasses.replace(params, quantize=dataclasses.replace(params.quantize, **values))
 
 
 class SubsetScorer:
@@ -253,15 +273,19 @@ def _round(params: Params, irs: dict[str, Path], speeds: dict[str, list[float]],
 def columns(task) -> list[str]:
     """tune.csv's columns: the candidate, its settings, how far it got, its drops, its speed."""
     drops = [f"{f.key('map50_95_drop')}{end}" for f in task.metrics.scored for end in ("", "_ci_low", "_ci_high")]
-    return ["candidate", *SPACE_KEYS, "status", "why", "images", "evaluations", *drops, "images_per_second",
+    return ["candidate", *SPACE_KEYS, "float_scope", "status", "why", "images", "evaluations", *drops,
+            "images_per_second",
             "first_round_speedup", "speedup", "speedup_ci_low", "speedup_ci_high", "beaten_by", "chosen"]
 
 
-def table(candidates: list[Candidate], task, first_round: dict[str, float], result: Fastest | None) -> list[dict]:
+def table(params: Params, candidates: list[Candidate], task, first_round: dict[str, float],
+          result: Fastest | None) -> list[dict]:
     """One row per candidate (tune.csv)."""
     rows = []
     for c in candidates:
-        row = {"candidate": c.name, **c.settings, "status": c.status, "why": c.why, "images": c.images,
+        row = {"candidate": c.name, **{key: c.settings[key] for key in SPACE_KEYS},
+               "float_scope": scope_change(params, c.settings), "status": c.status, "why": c.why,
+               "images": c.images,
                "evaluations": c.evaluations, "images_per_second": round(c.images_per_second, 1)}
         if c.name in first_round:
             row["first_round_speedup"] = round(first_round[c.name], 3)
@@ -293,8 +317,10 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
     else:
         current = candidates[0]
         why = ("are slower beyond noise" if current.status == PASSED else f"{current.status}: {current.why}")
-        header = (f"# Paste under `quantize:` in params.yaml: tune's choice ({chosen.name}), the fastest that passes "
-                  f"the gates; your current settings (c0) {why}.\n")
+        scope = scope_change(params, chosen.settings)
+        replacing = f" (replacing its ignored_scope: {scope})" if scope else ""
+        header = (f"# Paste under `quantize:` in params.yaml{replacing}: tune's choice ({chosen.name}), the fastest "
+                  f"that passes the gates; your current settings (c0) {why}.\n")
     header += measured
     body = yaml.safe_dump(chosen.settings, sort_keys=False, default_flow_style=False)
     return header + "".join(f"  {line}\n" for line in body.splitlines())

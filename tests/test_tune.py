@@ -9,9 +9,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import openvino as ov
 import pytest
 import yaml
 
+from qgate.artifacts import fp32_ir
 from qgate.params import load_params
 from stages.tune import SPACE_KEYS
 from tests.conftest import assert_fails_cleanly, copy_project, stage, venv_env
@@ -25,30 +27,49 @@ def _rows(project: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+def _autofix_keeps_float(project: Path, count: int) -> list[str]:
+    """autofix's block as `make gate` leaves it, naming the first `count` convolutions of the FP32 IR."""
+    model = ov.Core().read_model(fp32_ir(load_params(project / "params.yaml")))
+    names = [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_type_name() == "Convolution"][:count]
+    block = {"ignored_scope": {"names": names, "patterns": [], "types": [], "subgraphs": []}}
+    (project / "reports").mkdir(exist_ok=True)
+    (project / "reports/autofix_scope.yaml").write_text("# autofix's block\n" + "".join(
+        f"  {line}\n" for line in yaml.safe_dump(block, sort_keys=False).splitlines()))
+    return names
+
+
 def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
     """NNCF's default range estimator for activations is mean_minmax: those candidates are the same INT8 model,
-    named, not scored again; the others go through every subset (2, 4, 6 images) and are benchmarked."""
+    named, not scored again; the others go through every subset (2, 4, 6 images) and are benchmarked. autofix's
+    float scope is one more candidate (the current settings with its ops float): another model, raced alike."""
     project = copy_project(quantized_project, tmp_path, tiny_weights,
                            tune__space=SPACE, tune__first_images=2)
+    kept_float = _autofix_keeps_float(project, 2)
     result = stage("tune", project)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {row["candidate"]: row for row in _rows(project)}
-    assert [(name, row["preset"], row["range_estimator"]) for name, row in rows.items()] == [
-        ("c0", "mixed", "default"), ("c1", "mixed", "mean_minmax"), ("c2", "performance", "default"),
-        ("c3", "performance", "mean_minmax")]
+    assert [(name, row["preset"], row["range_estimator"], row["float_scope"]) for name, row in rows.items()] == [
+        ("c0", "mixed", "default", ""), ("c1", "mixed", "mean_minmax", ""), ("c2", "performance", "default", ""),
+        ("c3", "performance", "mean_minmax", ""), ("c4", "mixed", "default", "autofix's: +2 ops float")]
     assert rows["c1"]["status"] == "same model" and rows["c1"]["why"] == "the same INT8 model as c0"
     assert rows["c3"]["why"] == "the same INT8 model as c2" and rows["c3"]["evaluations"] == "0"
-    for name in ("c0", "c2"):
+    for name in ("c0", "c2", "c4"):
         assert rows[name]["status"] == "passed" and rows[name]["images"] == "6" and rows[name]["evaluations"] == "3"
+    for name in (name for name, row in rows.items() if row["speedup"]):  # the finalists
         assert float(rows[name]["speedup_ci_low"]) <= float(rows[name]["speedup"]) <= float(
             rows[name]["speedup_ci_high"])
     metrics = json.loads((project / "metrics/tune.json").read_text())
-    assert (metrics["candidates"], metrics["evaluations"], metrics["passed"], metrics["same_model"]) == (4, 6, 2, 2)
+    assert (metrics["candidates"], metrics["evaluations"], metrics["passed"], metrics["same_model"]) == (5, 9, 3, 2)
     assert metrics["benchmark_rounds"] >= 3  # more only while a faster finalist is within noise of the chosen one
     assert [row["chosen"] for row in rows.values()].count("1") == 1 and rows[metrics["chosen"]]["chosen"] == "1"
     block = yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
-    assert list(block) == SPACE_KEYS and block == metrics["chosen_settings"]
-    _assert_pareto_page(project, rows, scored=["c0", "c2"])
+    assert block == metrics["chosen_settings"]
+    if metrics["chosen"] == "c4":
+        assert list(block) == [*SPACE_KEYS, "ignored_scope"] and block["ignored_scope"]["names"] == kept_float
+    else:
+        assert list(block) == SPACE_KEYS
+    _assert_pareto_page(project, rows, scored=["c0", "c2", "c4"])
+    assert "autofix's: +2 ops float" in (project / "reports/tune.md").read_text()
 
 
 def _assert_pareto_page(project: Path, rows: dict[str, dict], scored: list[str]) -> None:
@@ -79,6 +100,15 @@ def test_bad_tune_params_fail_in_one_line_and_write_nothing(tmp_path, quantized_
     assert not (project / "reports/tune.csv").exists()
 
 
+def test_a_hand_edited_autofix_block_fails_naming_the_file(tmp_path, quantized_project, tiny_weights):
+    project = copy_project(quantized_project, tmp_path, tiny_weights, tune__space=SPACE)
+    (project / "reports").mkdir(exist_ok=True)
+    (project / "reports/autofix_scope.yaml").write_text("  ignored_scope:\n    nmes: [a]\n")
+    assert_fails_cleanly("tune", project, ["reports/autofix_scope.yaml", "'quantize.ignored_scope.nmes'"],
+                         "metrics/tune.json")
+    assert not (project / "reports/tune.csv").exists()
+
+
 # ---- on the trained demo (slow): `make tune`, the block pasted, `make gate` ----
 
 def _make(project: Path, target: str) -> subprocess.CompletedProcess:
@@ -89,7 +119,8 @@ def _make(project: Path, target: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_make_tune_fixes_a_failing_config_and_make_gate_passes_the_pasted_block(tmp_path, demo_checkout):
     """The naive config (INT8 head decode) fails the demo's gate (drop 0.017-0.026 on demos trained on two
-    machines); tune's other candidate keeps the decode float. Pasted, `make gate` measures the same model: the
+    machines); tune's other candidate keeps the decode float, and `make tune` runs autofix first, whose float
+    scope is a third candidate: the faster passing one is chosen. Pasted, `make gate` measures the same model: the
     drop tune measured, and a speed-up interval that overlaps tune's."""
     project = tmp_path / "demo"
     shutil.copytree(demo_checkout, project, symlinks=True)
@@ -98,7 +129,7 @@ def test_make_tune_fixes_a_failing_config_and_make_gate_passes_the_pasted_block(
     space = {**{key: [value[0]] for key, value in SPACE.items()}, "preset": ["performance"],
              "keep_decode_float": [False, True]}
     params |= {"quantize": {"preset": "performance", "keep_decode_float": False}, "benchmark": benchmark,
-               "tune": {"space": space}}
+               "tune": {"space": space}, "autofix": {"max_evaluations": 2, "price_rounds": 0}}  # CI time
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     tuned = _make(project, "tune")
     assert tuned.returncode == 0, tuned.stdout[-3000:] + tuned.stderr[-3000:]
@@ -108,7 +139,11 @@ def test_make_tune_fixes_a_failing_config_and_make_gate_passes_the_pasted_block(
     naive = rows["c0"]
     assert (naive["status"], naive["images"], naive["evaluations"]) in {("dropped", "50", "1"), ("failed", "200", "3")}
     assert "mAP50-95 drop" in naive["why"], naive
-    assert rows["c1"]["status"] == "passed" and rows["c1"]["chosen"] == "1", rows["c1"]
+    assert rows["c1"]["status"] == "passed", rows["c1"]
+    scoped = {name: row["float_scope"] for name, row in rows.items() if row["float_scope"]}
+    assert list(scoped) in ([], ["c2"]) and all(scope.startswith("autofix's: +") for scope in scoped.values())
+    (chosen,) = [row for row in rows.values() if row["chosen"] == "1"]
+    assert chosen["status"] == "passed", chosen
     assert f"your current settings (c0) {naive['status']}: mAP50-95 drop" in tuned.stdout  # make tune prints the block
     metrics = json.loads((project / "metrics/tune.json").read_text())
     params["quantize"] |= yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
