@@ -148,10 +148,10 @@ def fastest(order: list[str], speeds: dict[str, list[float]], fp32: list[float],
     higher is faster. A finalist beats another when their paired speed ratio's interval (at `pair_level`) lies
     above 1: a point value inside the noise never decides, so the earlier (less changed) config is kept on a tie.
     """
-    beaten_by, each = {}, pair_level(level, len(order))
+    beaten_by, per_pair = {}, pair_level(level, len(order))
     for name in order:
         beaten_by[name] = next((other for other in order if other != name and
-                                ratio_interval(speeds[other], speeds[name], each).low > 1.0), "")
+                                ratio_interval(speeds[other], speeds[name], per_pair).low > 1.0), "")
     unbeaten = [name for name in order if not beaten_by[name]]
     chosen = unbeaten[0] if unbeaten else max(order, key=lambda n: sorted(speeds[n])[len(speeds[n]) // 2])
     return Fastest(chosen, {name: ratio_interval(speeds[name], fp32, level) for name in order}, beaten_by, len(fp32))
@@ -161,10 +161,10 @@ def contested(result: Fastest, speeds: dict[str, list[float]], level: float, spr
     """Why more rounds could change the choice ('' when they could not): a finalist that ran faster than the
     chosen one on the point value, but not beyond noise, with a ratio interval still wider than `spread` of the
     ratio either way (`benchmark.max_spread`: a ratio known that well is a tie, more rounds would not decide)."""
-    each = pair_level(level, len(speeds))
+    per_pair = pair_level(level, len(speeds))
     for name in speeds:
         if name != result.chosen:
-            ratio = ratio_interval(speeds[name], speeds[result.chosen], each)
+            ratio = ratio_interval(speeds[name], speeds[result.chosen], per_pair)
             if ratio.point > 1.0 >= ratio.low and (ratio.high - ratio.low) / 2 > spread * ratio.point:
                 return f"{name} ran {ratio.point:.2f}x the speed of {result.chosen}, within a wide interval"
     return ""

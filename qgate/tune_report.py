@@ -10,7 +10,7 @@ from qgate.params import Params
 from qgate.plots import pareto_figure
 from qgate.racing import Candidate, Fastest
 
-SCOPE = "ignored_scope"  # the quantize key only autofix's candidate sets (tune.csv: float_scope)
+SCOPE_KEY = "ignored_scope"  # the quantize key only autofix's candidate sets (tune.csv: float_scope)
 
 PARETO_COLUMNS = ["candidate", "status", "speedup", "speedup_ci_low", "speedup_ci_high", "drop", "drop_ci_low",
                   "drop_ci_high", "limit", "pareto", "chosen", "beaten_by"]
@@ -98,11 +98,11 @@ def _pareto(params: Params, task, rows: list[dict]) -> Section:
 
 def scope_change(params: Params, settings: dict) -> str:
     """What a candidate's float scope adds to the current `quantize.ignored_scope` ('' when nothing: only
-    autofix's candidate carries a scope of its own)."""
-    scope = settings.get(SCOPE)
+    autofix's candidate carries a scope of its own, the current one with names added)."""
+    scope = settings.get(SCOPE_KEY)
     if scope is None:
         return ""
-    return f"autofix's: +{len(set(scope['names']) - set(params.quantize.ignored_scope.names))} ops float"
+    return f"autofix's adds {len(scope['names']) - len(params.quantize.ignored_scope.names)} ops float"
 
 
 def _candidates(params: Params, task, candidates: list[Candidate], rows: list[dict]) -> Section:
@@ -112,7 +112,7 @@ def _candidates(params: Params, task, candidates: list[Candidate], rows: list[di
     current = candidates[0].settings if candidates else {}
     table = []
     for c in candidates:
-        changes = [f"{k} {v}" for k, v in c.settings.items() if k != SCOPE and current.get(k) != v]
+        changes = [f"{k} {v}" for k, v in c.settings.items() if k != SCOPE_KEY and current.get(k) != v]
         changed = ", ".join(filter(None, [*changes, scope_change(params, c.settings)])) or "-"
         drops = [c.drops[f.key()].text() if f.key() in c.drops else "-" for f in task.metrics.scored]
         beaten = speed.get(c.name, {}).get("beaten_by")

@@ -143,8 +143,11 @@ def scope_block(params: Params, names: list[str], best: dict, baseline: float, f
     how = "judged on its interval, like the gate" if params.gates.confidence is not None else "judged on the point"
     header = (f"# Paste under `quantize:` in params.yaml (replacing its ignored_scope).\n# {reached}: {within} "
               f"autofix.target_drop {params.autofix.target_drop} ({how}).\n")
-    if not names:
+    if not names and best["within_target"]:
         header = f"# Nothing to add: the current quantize.ignored_scope already meets the target.\n# {reached}.\n"
+    elif not names:
+        header = (f"# Nothing to add: no group autofix tried in float gained beyond noise.\n# {reached}: {within} "
+                  f"autofix.target_drop {params.autofix.target_drop} ({how}).\n")
     body = yaml.safe_dump(block, sort_keys=False, default_flow_style=False)
     return header + "".join(f"  {line}\n" for line in body.splitlines())
 

@@ -21,18 +21,19 @@ from qgate.backends import open_executor
 from qgate.benchmark_app import benchmark_round
 from qgate.cli import run_stage
 from qgate.cpu import cpu_info, describe
+from qgate.errors import QgateError
 from qgate.evaluator import Predictor, predict
 from qgate.heads import Postprocess
 from qgate.intervals import Interval, PairedScorer, difference
 from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
-from qgate.params import Params, TuneSpaceParams, ignored_scope
+from qgate.params import Params, TuneSpaceParams, as_dict, ignored_scope
 from qgate.pipeline import val_images
 from qgate.quantization import calibration_images, quantize_model, rule_scope
 from qgate.racing import (DROPPED, FAILED, PASSED, SAME, UNFINISHED, Budget, Candidate, Fastest, Limit, Race, contested,
                           fastest)
 from qgate.runtime import PortableModel
 from qgate.tasks import task_for
-from qgate.tune_report import SCOPE, page_files, pareto_rows, scope_change, write_page
+from qgate.tune_report import SCOPE_KEY, page_files, pareto_rows, scope_change, write_page
 
 log = logging.getLogger(__name__)
 
@@ -78,21 +79,26 @@ def search_space(params: Params) -> list[Candidate]:
     settings = [current, *(g for g in grid if g != current)]
     scope = autofix_scope(params)
     if scope is not None:
-        settings.append({**current, SCOPE: scope})
+        settings.append({**current, SCOPE_KEY: scope})
     return [Candidate(f"c{index}", values) for index, values in enumerate(settings)]
 
 
 def autofix_scope(params: Params) -> dict | None:
-    """autofix's `quantize.ignored_scope` block (the sensitivity-ranked groups it keeps float, chosen by their
-    measured speed cost), when it names ops the current scope does not; None otherwise, or when autofix has not
-    run (the stage run by hand: `make tune` runs autofix first)."""
+    """The current `quantize.ignored_scope` plus the op names autofix's block adds (the sensitivity-ranked groups
+    it keeps float, chosen by their measured speed cost); None when it adds none, or when autofix has not run
+    (the stage run by hand: `make tune` runs autofix first). Only names are taken from the block, so a scope
+    edited since autofix ran keeps its patterns, types and subgraphs."""
     path = Path(params.autofix.scope)
     if not path.exists():
         log.info("tune: no %s (autofix has not run): no float-scope candidate", path)
         return None
-    scope = (yaml.safe_load(path.read_text()) or {}).get(SCOPE)
-    ignored_scope(scope, path)  # a hand-edited block fails here, naming the file, not inside NNCF
-    return scope if set(scope["names"]) - set(params.quantize.ignored_scope.names) else None
+    block = yaml.safe_load(path.read_text())
+    if not isinstance(block, dict) or SCOPE_KEY not in block:
+        raise QgateError(f"{path}: no `{SCOPE_KEY}:` block, as autofix writes it; run `make gate` to write it again")
+    suggested = ignored_scope(block[SCOPE_KEY], path)  # a hand-edited block fails here, naming the file
+    current = params.quantize.ignored_scope
+    added = [name for name in suggested.names if name not in current.names]
+    return as_dict(dataclasses.replace(current, names=(*current.names, *added))) if added else None
 
 
 def accuracy_limits(params: Params, task) -> list[Limit]:
@@ -104,8 +110,8 @@ def accuracy_limits(params: Params, task) -> list[Limit]:
 def with_settings(params: Params, settings: dict) -> Params:
     """`params` with a candidate's quantize values (and its float scope, for autofix's candidate)."""
     values = dict(settings)
-    if SCOPE in values:
-        values[SCOPE] = ignored_scope(values[SCOPE], params.autofix.scope)
+    if SCOPE_KEY in values:
+        values[SCOPE_KEY] = ignored_scope(values[SCOPE_KEY], params.autofix.scope)
     return dataclasses.replace(params, quantize=dataclasses.replace(params.quantize, **values))
 
 
@@ -274,8 +280,8 @@ def columns(task) -> list[str]:
     """tune.csv's columns: the candidate, its settings, how far it got, its drops, its speed."""
     drops = [f"{f.key('map50_95_drop')}{end}" for f in task.metrics.scored for end in ("", "_ci_low", "_ci_high")]
     return ["candidate", *SPACE_KEYS, "float_scope", "status", "why", "images", "evaluations", *drops,
-            "images_per_second",
-            "first_round_speedup", "speedup", "speedup_ci_low", "speedup_ci_high", "beaten_by", "chosen"]
+            "images_per_second", "first_round_speedup", "speedup", "speedup_ci_low", "speedup_ci_high", "beaten_by",
+            "chosen"]
 
 
 def table(params: Params, candidates: list[Candidate], task, first_round: dict[str, float],
@@ -285,8 +291,7 @@ def table(params: Params, candidates: list[Candidate], task, first_round: dict[s
     for c in candidates:
         row = {"candidate": c.name, **{key: c.settings[key] for key in SPACE_KEYS},
                "float_scope": scope_change(params, c.settings), "status": c.status, "why": c.why,
-               "images": c.images,
-               "evaluations": c.evaluations, "images_per_second": round(c.images_per_second, 1)}
+               "images": c.images, "evaluations": c.evaluations, "images_per_second": round(c.images_per_second, 1)}
         if c.name in first_round:
             row["first_round_speedup"] = round(first_round[c.name], 3)
         for f in task.metrics.scored:
@@ -318,7 +323,7 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
         current = candidates[0]
         why = ("are slower beyond noise" if current.status == PASSED else f"{current.status}: {current.why}")
         scope = scope_change(params, chosen.settings)
-        replacing = f" (replacing its ignored_scope: {scope})" if scope else ""
+        replacing = f" (replacing its ignored_scope; {scope})" if scope else ""
         header = (f"# Paste under `quantize:` in params.yaml{replacing}: tune's choice ({chosen.name}), the fastest "
                   f"that passes the gates; your current settings (c0) {why}.\n")
     header += measured

@@ -21,6 +21,7 @@ from qgate.params import load_params
 from qgate.plots import sensitivity_figure, svg_text
 from qgate.task_metrics import TASK_METRICS
 from stages import sensitivity
+from stages.autofix import scope_block
 from tests.conftest import (QUICK_BENCHMARK, ROOT, assert_fails_cleanly, copy_project, divergence_and_ranking,
                             error_line, failed_in_table, plant_range_fault, stage)
 
@@ -135,6 +136,20 @@ def test_a_zero_evaluation_budget_is_a_params_error(tmp_path, evaluated_project,
     project = copy_project(evaluated_project, tmp_path, tiny_weights, autofix__max_evaluations=0)
     result = stage("autofix", project)
     assert result.returncode == 2 and "'autofix.max_evaluations' is 0" in error_line(result)
+
+
+def test_a_block_that_adds_no_name_says_whether_the_target_was_met():
+    """No group kept float: the scope already meets the target, or none autofix tried gained beyond noise (the
+    block must not claim the target was met when it was not)."""
+    params = load_params(ROOT / "params.yaml")
+    family = TASK_METRICS["detect"].primary
+    best = {family.key(): 0.70, family.key("map50_95_drop"): 0.02, "drop_ci_low": 0.01, "drop_ci_high": 0.03}
+    met = scope_block(params, [], best | {"within_target": 1}, 0.72, family)
+    missed = scope_block(params, [], best | {"within_target": 0}, 0.72, family)
+    assert met.startswith("# Nothing to add: the current quantize.ignored_scope already meets the target.")
+    assert missed.startswith("# Nothing to add: no group autofix tried in float gained beyond noise.")
+    assert "NOT within autofix.target_drop" in missed
+    assert yaml.safe_load(missed)["ignored_scope"]["names"] == list(params.quantize.ignored_scope.names)
 
 
 def test_nothing_to_fix_copies_the_int8_model(tmp_path, evaluated_project, tiny_weights):

@@ -45,8 +45,8 @@ def task_demo(request, tmp_path_factory) -> tuple[str, Path, subprocess.Complete
     last `make gate`.
     """
     # default gates. CI time: autofix's search and pricing are tested in test_autofix, not here (on the failing pose
-    # demo its 12 evaluations cost 92 s and found nothing); full bias correction (accuracy only, the slow quantizing)
-    # halves tune's candidates, and its range estimators, the fix that passed there, stay
+    # demo its 12 evaluations cost 92 s and found nothing); tune without full bias correction (accuracy only, the
+    # slow quantizing) has half the candidates, and keeps both range estimators (minmax is what passed there)
     recipe = {"demo": {"task": request.param}, "benchmark": QUICK_BENCHMARK,
               "autofix": {"price_rounds": 0, "max_evaluations": 2}, "tune": {"space": {"fast_bias_correction": [True]}}}
     checkout, first = gate_own_model(tmp_path_factory.mktemp(f"{request.param}_demo"), recipe)

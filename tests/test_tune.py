@@ -8,15 +8,21 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import openvino as ov
 import pytest
 import yaml
 
 from qgate.artifacts import fp32_ir
-from qgate.params import load_params
-from stages.tune import SPACE_KEYS
-from tests.conftest import assert_fails_cleanly, copy_project, stage, venv_env
+from qgate.errors import QgateError
+from qgate.intervals import Interval
+from qgate.params import Params, ignored_scope, load_params
+from qgate.racing import Fastest
+from qgate.task_metrics import TASK_METRICS
+from stages.autofix import scope_block
+from stages.tune import SPACE_KEYS, quantize_block, search_space
+from tests.conftest import ROOT, assert_fails_cleanly, copy_project, stage, venv_env
 
 SPACE = {"preset": ["mixed", "performance"], "model_type": ["none"], "fast_bias_correction": [True],
          "range_estimator": ["default", "mean_minmax"], "subset_size": [300], "keep_decode_float": [True]}
@@ -27,14 +33,21 @@ def _rows(project: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+def _autofix_block(params: Params, names: list[str]) -> str:
+    """autofix's block as its stage writes it, keeping `names` float beside the current scope."""
+    family = TASK_METRICS["detect"].primary
+    best = {family.key(): 0.5, family.key("map50_95_drop"): 0.01, "drop_ci_low": 0.0, "drop_ci_high": 0.02,
+            "within_target": 1}
+    return scope_block(params, names, best, 0.51, family)
+
+
 def _autofix_keeps_float(project: Path, count: int) -> list[str]:
-    """autofix's block as `make gate` leaves it, naming the first `count` convolutions of the FP32 IR."""
-    model = ov.Core().read_model(fp32_ir(load_params(project / "params.yaml")))
+    """autofix's block in `project`, naming the first `count` convolutions of its FP32 IR."""
+    params = load_params(project / "params.yaml")
+    model = ov.Core().read_model(project / fp32_ir(params))
     names = [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_type_name() == "Convolution"][:count]
-    block = {"ignored_scope": {"names": names, "patterns": [], "types": [], "subgraphs": []}}
     (project / "reports").mkdir(exist_ok=True)
-    (project / "reports/autofix_scope.yaml").write_text("# autofix's block\n" + "".join(
-        f"  {line}\n" for line in yaml.safe_dump(block, sort_keys=False).splitlines()))
+    (project / params.autofix.scope).write_text(_autofix_block(params, names))
     return names
 
 
@@ -50,7 +63,7 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
     rows = {row["candidate"]: row for row in _rows(project)}
     assert [(name, row["preset"], row["range_estimator"], row["float_scope"]) for name, row in rows.items()] == [
         ("c0", "mixed", "default", ""), ("c1", "mixed", "mean_minmax", ""), ("c2", "performance", "default", ""),
-        ("c3", "performance", "mean_minmax", ""), ("c4", "mixed", "default", "autofix's: +2 ops float")]
+        ("c3", "performance", "mean_minmax", ""), ("c4", "mixed", "default", "autofix's adds 2 ops float")]
     assert rows["c1"]["status"] == "same model" and rows["c1"]["why"] == "the same INT8 model as c0"
     assert rows["c3"]["why"] == "the same INT8 model as c2" and rows["c3"]["evaluations"] == "0"
     for name in ("c0", "c2", "c4"):
@@ -69,7 +82,7 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
     else:
         assert list(block) == SPACE_KEYS
     _assert_pareto_page(project, rows, scored=["c0", "c2", "c4"])
-    assert "autofix's: +2 ops float" in (project / "reports/tune.md").read_text()
+    assert "autofix's adds 2 ops float" in (project / "reports/tune.md").read_text()
 
 
 def _assert_pareto_page(project: Path, rows: dict[str, dict], scored: list[str]) -> None:
@@ -109,6 +122,34 @@ def test_a_hand_edited_autofix_block_fails_naming_the_file(tmp_path, quantized_p
     assert not (project / "reports/tune.csv").exists()
 
 
+def test_autofix_adds_a_candidate_only_when_its_block_names_new_ops(tmp_path, monkeypatch):
+    """No block (autofix has not run) or autofix's "nothing to add" (the current names): the grid alone; new names:
+    one more candidate, the current scope with them added, whose pasted block is a valid `ignored_scope`."""
+    monkeypatch.chdir(tmp_path)
+    params = load_params(ROOT / "params.yaml")
+    grid = len(search_space(params))
+    Path("reports").mkdir()
+    Path("reports/autofix_scope.yaml").write_text(_autofix_block(params, []))
+    assert len(search_space(params)) == grid
+    Path("reports/autofix_scope.yaml").write_text(_autofix_block(params, ["/model.2/Concat", "/model.22/Add"]))
+    *_, last = candidates = search_space(params)
+    assert len(candidates) == grid + 1 and last.name == f"c{grid}"
+    assert {key: last.settings[key] for key in SPACE_KEYS} == candidates[0].settings
+    assert last.settings["ignored_scope"]["names"] == [*params.quantize.ignored_scope.names, "/model.2/Concat",
+                                                       "/model.22/Add"]
+    last.status, last.images = "passed", 200
+    last.drops = {"map50_95": Interval(0.004, 0.001, 0.007, 0.95)}
+    result = Fastest(last.name, {last.name: Interval(1.9, 1.8, 2.0, 0.95)}, {last.name: ""}, 3)
+    block = quantize_block(params, SimpleNamespace(metrics=TASK_METRICS["detect"]), candidates, last, result)
+    assert "(replacing its ignored_scope; autofix's adds 2 ops float)" in block
+    pasted = yaml.safe_load("quantize:\n" + block)["quantize"]
+    assert pasted == last.settings and ignored_scope(pasted["ignored_scope"], "block").names == tuple(
+        last.settings["ignored_scope"]["names"])
+    Path("reports/autofix_scope.yaml").write_text("# no block\n")
+    with pytest.raises(QgateError, match="reports/autofix_scope.yaml: no `ignored_scope:` block"):
+        search_space(params)
+
+
 # ---- on the trained demo (slow): `make tune`, the block pasted, `make gate` ----
 
 def _make(project: Path, target: str) -> subprocess.CompletedProcess:
@@ -141,7 +182,7 @@ def test_make_tune_fixes_a_failing_config_and_make_gate_passes_the_pasted_block(
     assert "mAP50-95 drop" in naive["why"], naive
     assert rows["c1"]["status"] == "passed", rows["c1"]
     scoped = {name: row["float_scope"] for name, row in rows.items() if row["float_scope"]}
-    assert list(scoped) in ([], ["c2"]) and all(scope.startswith("autofix's: +") for scope in scoped.values())
+    assert list(scoped) in ([], ["c2"]) and all(scope.startswith("autofix's adds ") for scope in scoped.values())
     (chosen,) = [row for row in rows.values() if row["chosen"] == "1"]
     assert chosen["status"] == "passed", chosen
     assert f"your current settings (c0) {naive['status']}: mAP50-95 drop" in tuned.stdout  # make tune prints the block
