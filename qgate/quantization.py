@@ -57,8 +57,14 @@ def quantize_model(model: ov.Model, images: list[Path], params: Params, by_rule:
     """NNCF post-training quantization with the `quantize:` settings, `by_rule` ops and the ignored scope float."""
     import nncf
 
-    cfg = params.quantize
-    imgsz = params.model.imgsz
+    return nncf.quantize(model, calibration_dataset(images, params.model.imgsz), subset_size=len(images),
+                         advanced_parameters=advanced_parameters(params.quantize.range_estimator),
+                         **nncf_settings(params, by_rule))
+
+
+def calibration_dataset(images: list[Path], imgsz: int):
+    """The calibration images as an NNCF dataset of input tensors."""
+    import nncf
 
     def transform(path: Path) -> np.ndarray:
         try:
@@ -66,18 +72,24 @@ def quantize_model(model: ov.Model, images: list[Path], params: Params, by_rule:
         except QgateError as exc:
             raise QgateError(f"{path}: unreadable calibration image; remove it from the split") from exc
 
+    return nncf.Dataset(images, transform)
+
+
+def nncf_settings(params: Params, by_rule: list[str]) -> dict:
+    """The NNCF arguments `quantize:` sets that `nncf.quantize` and its accuracy-control variant share."""
+    import nncf
+
+    cfg = params.quantize
     scope = cfg.ignored_scope
     ignored = nncf.IgnoredScope(
         names=list(dict.fromkeys([*by_rule, *scope.names])), patterns=list(scope.patterns), types=list(scope.types),
         subgraphs=[nncf.Subgraph(inputs=list(s.inputs), outputs=list(s.outputs)) for s in scope.subgraphs])
-    return nncf.quantize(
-        model, nncf.Dataset(images, transform), preset=nncf.QuantizationPreset(cfg.preset),
-        model_type=None if cfg.model_type == "none" else nncf.ModelType(cfg.model_type),
-        subset_size=len(images), fast_bias_correction=cfg.fast_bias_correction, ignored_scope=ignored,
-        advanced_parameters=_advanced(cfg.range_estimator))
+    return {"preset": nncf.QuantizationPreset(cfg.preset),
+            "model_type": None if cfg.model_type == "none" else nncf.ModelType(cfg.model_type),
+            "fast_bias_correction": cfg.fast_bias_correction, "ignored_scope": ignored}
 
 
-def _advanced(range_estimator: str):
+def advanced_parameters(range_estimator: str):
     """NNCF's advanced parameters: the activations' range estimator (`quantize.range_estimator`) when not NNCF's."""
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
     from nncf.quantization.range_estimator import RangeEstimatorParametersSet
