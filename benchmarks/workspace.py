@@ -14,10 +14,11 @@ from qgate.params import ExportParams, Params
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def rooted(params: Params) -> Params:
-    """`params` with model.* paths absolute (relative ones are the checkout's), so any folder can read them."""
+def rooted(params: Params, root: Path = ROOT) -> Params:
+    """`params` with model.* paths absolute (relative ones are `root`'s: the checkout's, or another project's),
+    so any folder can read them."""
     def absolute(path: str) -> str:
-        return path if Path(path).is_absolute() else str((ROOT / path).resolve())
+        return path if Path(path).is_absolute() else str((root / path).resolve())
 
     model = params.model
     return dataclasses.replace(params, model=dataclasses.replace(
@@ -25,17 +26,19 @@ def rooted(params: Params) -> Params:
 
 
 @contextmanager
-def inside(work: Path, exported: Path | None = ROOT, links: tuple[str, ...] = ()) -> Iterator[Path]:
-    """The block runs in `work` (made), with the checkout's data and `exported`'s FP32 IR and export record.
+def inside(work: Path, exported: Path | None = ROOT, links: tuple[str, ...] = (),
+           root: Path = ROOT) -> Iterator[Path]:
+    """The block runs in `work` (made), with `root`'s data (the checkout's, or another project's) and `exported`'s
+    FP32 IR and export record.
 
-    `exported` None: no export yet (the block runs the export stage itself). `links`: more of the checkout's
-    outputs the block reads (e.g. models/int8), linked in.
+    `exported` None: no export yet (the block runs the export stage itself). `links`: more of `root`'s outputs
+    the block reads (e.g. models/int8), linked in.
     """
     work.mkdir(parents=True, exist_ok=True)
     for name in ("data", *links):  # dataset yamls may name their root relative to the checkout
-        if (ROOT / name).exists() and not (work / name).exists():
+        if (root / name).exists() and not (work / name).exists():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
-            (work / name).symlink_to((ROOT / name).resolve())
+            (work / name).symlink_to((root / name).resolve())
     if exported is not None and (work / ExportParams.out_dir) != (exported / ExportParams.out_dir):
         (work / ExportParams.out_dir).parent.mkdir(parents=True, exist_ok=True)
         if not (work / ExportParams.out_dir).exists():
