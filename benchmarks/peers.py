@@ -34,7 +34,8 @@ offline.configure()
 import openvino as ov  # noqa: E402
 
 from qgate.dataset import load_dataset, split_images, ultralytics_yaml  # noqa: E402
-from qgate.evaluator import evaluate, image_tensor  # noqa: E402
+from qgate.evaluator import evaluate  # noqa: E402
+from qgate.heads import Postprocess  # noqa: E402
 from qgate.runtime import compile_model  # noqa: E402
 from qgate.params import Params, load_params  # noqa: E402
 from benchmarks.workspace import ROOT, inside, rooted  # noqa: E402
@@ -83,14 +84,16 @@ def run_ultralytics(params: Params, work: Path) -> tuple[Path, float]:
 
 
 def run_accuracy_control(params: Params, work: Path) -> tuple[Path, float]:
+    """NNCF's accuracy control (below): its INT8 IR and wall seconds."""
     ir, seconds, _ = accuracy_control(params, work)
     return ir, seconds
 
 
 def accuracy_control(params: Params, work: Path, tune_hyperparams: bool = False) -> tuple[Path, float, int]:
     """NNCF's `quantize_with_accuracy_control` from the `quantize:` settings, max_drop the gate's limit, validated
-    on the split the gates judge: its INT8 IR, its wall seconds and how many val images it predicted and scored
-    (its ranking scores images one at a time)."""
+    on the split the gates judge (box mAP50-95, the baseline's postprocess): its INT8 IR, its wall seconds and how
+    many val images it predicted, FP32's included (it validates each model on the whole split, then once more
+    image by image for its ranking)."""
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 
@@ -98,13 +101,14 @@ def accuracy_control(params: Params, work: Path, tune_hyperparams: bool = False)
     imgsz = params.model.imgsz
     calibration = quantization.calibration_images(params, dataset)
     val = split_images(dataset, params.baseline.split)
+    postprocess = Postprocess(conf=params.baseline.conf, iou=params.baseline.iou, max_det=params.baseline.max_det)
     scored = 0
 
     def validate(compiled, items) -> tuple[float, None]:  # scores only the images it is given
         nonlocal scored
         items = list(items)
         scored += len(items)
-        return evaluate(compiled, items, dataset.names, imgsz).map50_95, None
+        return evaluate(compiled, items, dataset.names, imgsz, postprocess).map50_95, None
 
     fp32 = ov.Core().read_model(fp32_ir(params))
     start = time.perf_counter()

@@ -1,9 +1,10 @@
 """Side by side in one run: qgate's `tune` against NNCF's accuracy control (with and without `tune_hyperparams`) and
-Ultralytics' int8 export, each INT8 model judged as `make gate` judges it and timed in interleaved benchmark rounds.
+Ultralytics' int8 export, each INT8 model judged by `make gate`'s accuracy gates and timed in interleaved benchmark rounds.
 
 Run it on a qgate project where `make gate` has run (its FP32 IR, baseline detections and autofix scope are read,
 nothing in it is written): this checkout (the demo), or a fork or scratch copy pointed at another model. Every
-method starts from the project's `quantize:` settings; NNCF's max_drop is `gates.max_map50_95_drop`.
+method starts from the project's `quantize:` settings (Ultralytics takes only its calibration split: its own
+preset and float scope); NNCF's max_drop is `gates.max_map50_95_drop`.
 
     python benchmarks/tune.py                               # this checkout
     python benchmarks/tune.py --project ../my-fork          # another project, its params.yaml and outputs
@@ -36,7 +37,7 @@ from qgate.backends import open_executor  # noqa: E402
 from qgate.benchmark_app import benchmark_round  # noqa: E402
 from qgate.cpu import cpu_info, describe  # noqa: E402
 from qgate.intervals import ratio_interval  # noqa: E402
-from qgate.params import BaselineParams, AutofixParams, Params, load_params  # noqa: E402
+from qgate.params import AutofixParams, BaselineParams, Params, load_params  # noqa: E402
 from qgate.pipeline import val_images  # noqa: E402
 from qgate.racing import Budget, Candidate, Race  # noqa: E402
 from qgate.tasks import task_for  # noqa: E402
@@ -69,7 +70,8 @@ def build_all(params: Params, work: Path, peers: list[str]) -> dict[str, dict]:
     start = time.perf_counter()
     metrics = tune.main(params)  # its wall time includes its own benchmark rounds: the peers measure no speed
     seconds = time.perf_counter() - start
-    images = sum(int(row["images"]) for row in csv.DictReader(Path(params.tune.csv).open()))  # nested subsets
+    with open(params.tune.csv, newline="") as handle:  # a candidate's subsets are nested: its last one counts
+        images = sum(int(row["images"]) for row in csv.DictReader(handle))
     built = {TUNE: {"seconds": seconds, "images": images,
                     "chose": f"{metrics['chosen'] or 'nothing'} of {metrics['candidates']} candidates",
                     "settings": metrics["chosen_settings"]}}
@@ -87,7 +89,8 @@ def build_all(params: Params, work: Path, peers: list[str]) -> dict[str, dict]:
 
 
 def judge(params: Params, built: dict[str, dict]) -> dict[str, Candidate]:
-    """Every model scored on the whole val split and judged as `make gate` judges it (tune's own race, one round)."""
+    """Every model scored on the whole val split and judged as `make gate`'s accuracy gates judge it (tune's own race,
+    one round); the speed and drift gates are not judged here."""
     record = export_record(params)
     val = val_images(params, record)
     with open_executor(params.compute) as executor:
@@ -125,22 +128,22 @@ def benchmark(params: Params, built: dict[str, dict], work: Path) -> dict[str, l
 def print_table(params: Params, root: Path, built: dict[str, dict], judged: dict[str, Candidate],
                 speeds: dict[str, list[float]]) -> None:
     """A markdown table: per method its cost, its model's verdict, speed-up, and tune's model's speed against it."""
-    level = params.int8_eval.ci_level
+    level, speed_level = params.int8_eval.ci_level, params.benchmark.ci_level
     others = [name for name in built if name != TUNE and name in speeds]
-    pair = 1 - (1 - level) / max(1, len(others))  # Bonferroni: tune against each peer is one claim each
+    pair_level = 1 - (1 - speed_level) / max(1, len(others))  # Bonferroni: tune against each peer is one claim each
     print(f"\n{root.name}: {params.model.weights} at imgsz {params.model.imgsz}; {describe(cpu_info())}; "
           f"{params.benchmark.hint}, {len(speeds['fp32'])} interleaved rounds of {params.benchmark.seconds} s; "
           f"mAP50-95 drop limit {params.gates.max_map50_95_drop:g} ({params.gates.inconclusive} policy)")
     print(f"tune's choice: {built[TUNE]['settings'] or 'none'}\n")
-    print(f"| method | wall s | val images predicted | FakeQuantize ops | mAP50-95 drop [{level:.0%}] | make gate | "
-          f"speed-up [{level:.0%}] | tune's model vs it [{pair:.1%}] |")
+    print(f"| method | wall s | val images predicted | FakeQuantize ops | mAP50-95 drop [{level:.0%}] | "
+          f"accuracy gates | speed-up [{speed_level:.0%}] | tune's model vs it [{pair_level:.1%}] |")
     print("|---|---|---|---|---|---|---|---|")
     for name, entry in built.items():
         candidate = judged.get(name)
         drop = candidate.drops.get("map50_95") if candidate else None
         verdict = (candidate.status + (f" ({candidate.why})" if candidate.why else "")) if candidate else "-"
-        speedup = times(ratio_interval(speeds[name], speeds["fp32"], level)) if name in speeds else "-"
-        versus = times(ratio_interval(speeds[TUNE], speeds[name], pair)) if name != TUNE and TUNE in speeds \
+        speedup = ratio_text(ratio_interval(speeds[name], speeds["fp32"], speed_level)) if name in speeds else "-"
+        versus = ratio_text(ratio_interval(speeds[TUNE], speeds[name], pair_level)) if name != TUNE and TUNE in speeds \
             and name in speeds else ""
         chose = f" ({entry['chose']})" if entry["chose"] else ""
         drop_text = f"{drop.point:.4f} [{drop.low:.4f}, {drop.high:.4f}]" if drop else "-"
@@ -148,7 +151,7 @@ def print_table(params: Params, root: Path, built: dict[str, dict], judged: dict
               f"{verdict} | {speedup} | {versus} |")
 
 
-def times(ratio) -> str:
+def ratio_text(ratio) -> str:
     """A speed ratio interval as '2.13x [1.92, 2.35]'."""
     return f"{ratio.point:.2f}x [{ratio.low:.2f}, {ratio.high:.2f}]"
 

@@ -35,7 +35,7 @@ def inside(work: Path, exported: Path | None = ROOT, links: tuple[str, ...] = ()
     the block reads (e.g. models/int8), linked in.
     """
     work.mkdir(parents=True, exist_ok=True)
-    for name in ("data", *links):  # dataset yamls may name their root relative to the checkout
+    for name in ("data", *links):  # dataset yamls may name their root relative to `root`
         if (root / name).exists() and not (work / name).exists():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).symlink_to((root / name).resolve())
