@@ -1,5 +1,5 @@
 """Side by side in one run: qgate's `tune` against NNCF's accuracy control (with and without `tune_hyperparams`) and
-Ultralytics' int8 export, each INT8 model judged by `make gate`'s accuracy gates and timed in interleaved benchmark rounds.
+Ultralytics' int8 export, each INT8 model judged by `make gate`'s accuracy gates and timed in interleaved rounds.
 
 Run it on a qgate project where `make gate` has run (its FP32 IR, baseline detections and autofix scope are read,
 nothing in it is written): this checkout (the demo), or a fork or scratch copy pointed at another model. Every
