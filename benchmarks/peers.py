@@ -35,7 +35,7 @@ import openvino as ov  # noqa: E402
 
 from qgate.dataset import load_dataset, split_images, ultralytics_yaml  # noqa: E402
 from qgate.evaluator import evaluate  # noqa: E402
-from qgate.heads import Postprocess  # noqa: E402
+from qgate.pipeline import baseline_postprocess  # noqa: E402
 from qgate.runtime import compile_model  # noqa: E402
 from qgate.params import Params, load_params  # noqa: E402
 from benchmarks.workspace import ROOT, inside, rooted  # noqa: E402
@@ -101,7 +101,7 @@ def accuracy_control(params: Params, work: Path, tune_hyperparams: bool = False)
     imgsz = params.model.imgsz
     calibration = quantization.calibration_images(params, dataset)
     val = split_images(dataset, params.baseline.split)
-    postprocess = Postprocess(conf=params.baseline.conf, iou=params.baseline.iou, max_det=params.baseline.max_det)
+    postprocess = baseline_postprocess(params)
     scored = 0
 
     def validate(compiled, items) -> tuple[float, None]:  # scores only the images it is given

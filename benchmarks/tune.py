@@ -32,7 +32,7 @@ import openvino as ov  # noqa: E402
 
 from benchmarks.peers import accuracy_control, run_ultralytics  # noqa: E402
 from benchmarks.workspace import ROOT, inside, rooted  # noqa: E402
-from qgate.artifacts import INT8_IR_NAME, export_record, fp32_ir  # noqa: E402
+from qgate.artifacts import INT8_IR_NAME, export_record, fake_quantize_count, fp32_ir  # noqa: E402
 from qgate.backends import open_executor  # noqa: E402
 from qgate.benchmark_app import benchmark_round  # noqa: E402
 from qgate.cpu import cpu_info, describe  # noqa: E402
@@ -106,8 +106,7 @@ def judge(params: Params, built: dict[str, dict]) -> dict[str, Candidate]:
         Race(candidates, tune.accuracy_limits(params, task), len(val[0]), len(val[0]), Budget(10**9, math.inf),
              params.gates.confidence, params.gates.inconclusive).run(scorer.score)
     for candidate in candidates:
-        built[candidate.name]["fq"] = sum(op.get_type_name() == "FakeQuantize"
-                                          for op in built[candidate.name]["model"].get_ops())
+        built[candidate.name]["fq"] = fake_quantize_count(built[candidate.name]["model"])
     return {c.name: c for c in candidates}
 
 

@@ -62,6 +62,11 @@ def op_inventory(model) -> dict:
     }
 
 
+def fake_quantize_count(model) -> int:
+    """The FakeQuantize ops NNCF inserted in an OpenVINO model: how much of it runs in INT8."""
+    return sum(op.get_type_name() == "FakeQuantize" for op in model.get_ops())
+
+
 def export_record(params: Params) -> dict:
     """The export record, checked against the FP32 IR on disk (a stale or missing one is an error)."""
     record_path, ir_path = Path(params.export.record), fp32_ir(params)

@@ -225,6 +225,7 @@ class TuneParams:
     """`tune:` the fastest INT8 model whose accuracy passes the gates, searched over quantize settings."""
 
     space: TuneSpaceParams
+    imgsz: tuple[int, ...]
     first_images: int
     finalists: int
     max_evaluations: int

@@ -87,6 +87,10 @@ def _check_tune(tune: Any, path: Path) -> None:
                 _one_of(path, f"tune.space.{key}", value, choices[key])
             if key == "subset_size" and value < 1:
                 raise QgateError(f"{path}: 'tune.space.subset_size' has {value}; use calibration image counts >= 1")
+    for size in tune.imgsz:
+        if size < 32 or size % 32:
+            raise QgateError(f"{path}: 'tune.imgsz' has {size}; list multiples of 32 (the largest stride of a YOLO "
+                             "model), e.g. [160, 128]")
     for key in ("first_images", "finalists", "max_evaluations"):
         if getattr(tune, key) < 1:
             raise QgateError(f"{path}: 'tune.{key}' is {getattr(tune, key)}; use an integer >= 1"

@@ -29,6 +29,11 @@ def val_images(params: Params, record: dict) -> tuple[list[Path], tuple[str, ...
     return images, dataset.names
 
 
+def baseline_postprocess(params: Params) -> Postprocess:
+    """The score threshold, NMS IoU and detection cap every model is evaluated with (`baseline:`)."""
+    return Postprocess(conf=params.baseline.conf, iou=params.baseline.iou, max_det=params.baseline.max_det)
+
+
 def evaluate_ir(params: Params, model: Path | object, record: dict, executor=None,
                 val: tuple[list[Path], tuple[str, ...]] | None = None) -> Evaluation:
     """Evaluate an IR path or ov.Model on the baseline's split with its settings (`.precision`: the one run).
@@ -40,8 +45,7 @@ def evaluate_ir(params: Params, model: Path | object, record: dict, executor=Non
     images, names = val or val_images(params, record)
     log.info("evaluating %s on %d %s images (%s backend)", model if isinstance(model, Path) else "model",
              len(images), cfg.split, params.compute.backend)
-    result = evaluate(model, images, names, params.model.imgsz, Postprocess(conf=cfg.conf, iou=cfg.iou,
-                      max_det=cfg.max_det), task_for(record), cfg.inference_precision, executor,
-                      params.compute.shard_images)
+    result = evaluate(model, images, names, params.model.imgsz, baseline_postprocess(params), task_for(record),
+                      cfg.inference_precision, executor, params.compute.shard_images)
     log.info("evaluated at %s: %.1f images/s", result.precision, result.images_per_second)
     return result

@@ -1,15 +1,21 @@
-"""Load an Ultralytics checkpoint of a task qgate judges, with clear errors; read versions for provenance."""
+"""Load an Ultralytics checkpoint of a task qgate judges and export it (static ONNX -> OpenVINO), with clear errors;
+read versions for provenance."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
+import openvino as ov
+
 from qgate.errors import QgateError
+from qgate.params import ExportParams
 from qgate.task_metrics import GATED_TASKS
 
 # Exports (300 queries, [1, 300, 6]) but its decoder, evaluation parity and quantization are untested here.
 UNSUPPORTED_HEADS = {"RTDETRDecoder": "RT-DETR (transformer decoder head)"}
+ONNX_NAME = "model.onnx"
 
 
 def load_detector(weights: str | Path) -> Any:
@@ -36,6 +42,34 @@ def load_detector(weights: str | Path) -> Any:
         raise QgateError(f"{weights}: {UNSUPPORTED_HEADS[head]} is not supported yet; qgate judges the YOLO "
                          "detection families (v3u, v5u, v6, v8, v9, v10, 11, 12, 26)")
     return model
+
+
+def export_onnx(model, weights: str | Path, imgsz: int, cfg: ExportParams, folder: Path) -> Path:
+    """`model` (loaded from `weights`) as a static batch-1 FP32 ONNX at `imgsz`, written to `folder`/model.onnx."""
+    # Ultralytics writes next to the weights: export from a copy so a read-only source folder works.
+    source = folder / "weights.pt"
+    shutil.copyfile(weights, source)
+    model.ckpt_path = str(source)
+    # nms=False asks an NMS-free head (v10/26) for its one-to-one [1, K, 6] output; None keeps the raw layout
+    exported = model.export(format="onnx", opset=cfg.opset, imgsz=imgsz, dynamic=False, simplify=True, half=False,
+                            batch=1, device="cpu", nms=False if cfg.end2end else None)
+    onnx_path = folder / ONNX_NAME
+    Path(exported).rename(onnx_path)
+    source.unlink()
+    return onnx_path
+
+
+def convert_onnx(onnx_path: Path, weights: str | Path, end2end: bool) -> ov.Model:
+    """The ONNX as an ov.Model; a one-line error when OpenVINO's ONNX frontend refuses the graph."""
+    try:
+        return ov.convert_model(onnx_path)
+    except RuntimeError as exc:
+        reason = next((line.strip() for line in str(exc).splitlines() if "Shapes" in line or "not" in line),
+                      str(exc).splitlines()[0])
+        fix = ("set export.end2end: false (OpenVINO cannot convert this NMS-free head's top-K, e.g. YOLO26-seg's "
+               "masks)" if end2end else "this model's export does not convert; report its model yaml")
+        raise QgateError(f"{weights}: OpenVINO {ov.get_version().split('-')[0]} cannot convert the "
+                         f"exported ONNX ({reason[:160]}); {fix}") from None
 
 
 def versions() -> dict[str, str]:

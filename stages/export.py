@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 import openvino as ov
 
 from qgate.cli import run_stage
-from qgate.errors import QgateError
 from qgate.heads import decode_ops, output_layout
 from qgate.io import atomic_dir, sha256_file, write_json
 from qgate.params import Params
 from qgate.tasks import TASKS
 from qgate.artifacts import FP32_IR_NAME, op_inventory
-from qgate.yolo import load_detector, versions
+from qgate.yolo import ONNX_NAME, convert_onnx, export_onnx, load_detector, versions
 
 log = logging.getLogger(__name__)
-
-ONNX_NAME = "model.onnx"
-
 
 def main(params: Params) -> dict:
     """Export `model.weights` into `export.out_dir` (replaced atomically) and write the export record."""
@@ -30,9 +25,9 @@ def main(params: Params) -> dict:
     with atomic_dir(out_dir) as staging:
         log.info("[1/2] export: %s -> ONNX (opset %d, imgsz %d)", params.model.weights,
                  params.export.opset, params.model.imgsz)
-        onnx_path = _export_onnx(model, params, staging)
+        onnx_path = export_onnx(model, params.model.weights, params.model.imgsz, params.export, staging)
         log.info("[2/2] export: ONNX -> FP32 OpenVINO IR")
-        ir = _convert(onnx_path, params)
+        ir = convert_onnx(onnx_path, params.model.weights, params.export.end2end)
         task = TASKS[model.task]
         fields = task.export_fields(ir, model, Path(params.model.dataset))
         layout = output_layout(ir, len(model.names), params.model.weights, task.extra_columns(fields))
@@ -42,34 +37,6 @@ def main(params: Params) -> dict:
     write_json(record_path, record)
     log.info("export: %s head, %d decode ops, output %s", layout, record["head_decode_ops"], record["output_shape"])
     return {k: v for k, v in record.items() if isinstance(v, (int, float))}
-
-
-def _export_onnx(model, params: Params, staging: Path) -> Path:
-    # Ultralytics writes next to the weights: export from a copy so a read-only source folder works.
-    source = staging / "weights.pt"
-    shutil.copyfile(params.model.weights, source)
-    model.ckpt_path = str(source)
-    # nms=False asks an NMS-free head (v10/26) for its one-to-one [1, K, 6] output; None keeps the raw layout
-    exported = model.export(format="onnx", opset=params.export.opset, imgsz=params.model.imgsz,
-                            dynamic=False, simplify=True, half=False, batch=1, device="cpu",
-                            nms=False if params.export.end2end else None)
-    onnx_path = staging / ONNX_NAME
-    Path(exported).rename(onnx_path)
-    source.unlink()
-    return onnx_path
-
-
-def _convert(onnx_path: Path, params: Params) -> ov.Model:
-    """The ONNX as an ov.Model; a one-line error when OpenVINO's ONNX frontend refuses the graph."""
-    try:
-        return ov.convert_model(onnx_path)
-    except RuntimeError as exc:
-        reason = next((line.strip() for line in str(exc).splitlines() if "Shapes" in line or "not" in line),
-                      str(exc).splitlines()[0])
-        fix = ("set export.end2end: false (OpenVINO cannot convert this NMS-free head's top-K, e.g. YOLO26-seg's "
-               "masks)" if params.export.end2end else "this model's export does not convert; report its model yaml")
-        raise QgateError(f"{params.model.weights}: OpenVINO {ov.get_version().split('-')[0]} cannot convert the "
-                         f"exported ONNX ({reason[:160]}); {fix}") from None
 
 
 def _record(params: Params, names: dict, ir: ov.Model, folder: Path) -> dict:

@@ -11,7 +11,8 @@ import openvino as ov
 from qgate.cli import run_stage
 from qgate.io import atomic_dir, write_csv, write_json
 from qgate.params import Params
-from qgate.artifacts import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, model_dataset, op_inventory
+from qgate.artifacts import (INT8_IR_NAME, export_record, fake_quantize_count, fp32_ir, int8_ir_sha256, model_dataset,
+                             op_inventory)
 from qgate.precision import (DECODE_RULE, OUTPUT_LAYER_RULE, PRECISION_COLUMNS, SCOPE_RULE, precision_table,
                              scope_matches)
 from qgate.quantization import calibration_images, overlap, quantize_model, rule_scope
@@ -41,7 +42,7 @@ def main(params: Params) -> dict:
     sizes = _save(quantized, Path(cfg.out_dir))
     write_csv(cfg.precision_table, rows, PRECISION_COLUMNS)
     metrics = {
-        "fake_quantize_count": sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ops()),
+        "fake_quantize_count": fake_quantize_count(quantized),
         "ops_int8": sum(row["precision"] == "int8" for row in rows),
         "ops_float": sum(row["precision"] == "float" for row in rows),
         "ops_ignored_by_scope": sum(row["why"].startswith(SCOPE_RULE) for row in rows),

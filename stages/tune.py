@@ -23,17 +23,17 @@ from qgate.cli import run_stage
 from qgate.cpu import cpu_info, describe
 from qgate.errors import QgateError
 from qgate.evaluator import Predictor, predict
-from qgate.heads import Postprocess
 from qgate.intervals import Interval, PairedScorer, difference
 from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
 from qgate.params import Params, TuneSpaceParams, as_dict, ignored_scope
-from qgate.pipeline import val_images
+from qgate.pipeline import baseline_postprocess, val_images
 from qgate.quantization import calibration_images, quantize_model, rule_scope
 from qgate.racing import (DROPPED, FAILED, PASSED, SAME, UNFINISHED, Budget, Candidate, Fastest, Limit, Race, contested,
                           fastest)
 from qgate.runtime import PortableModel
 from qgate.tasks import task_for
-from qgate.tune_report import SCOPE_KEY, page_files, pareto_rows, scope_change, write_page
+from qgate.tune_report import IMGSZ_KEY, SCOPE_KEY, page_files, pareto_rows, scope_change, write_page
+from qgate.yolo import convert_onnx, export_onnx, load_detector
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +71,28 @@ def main(params: Params) -> dict:
 
 
 def search_space(params: Params) -> list[Candidate]:
-    """The current quantize settings first (`c0`), then every other combination of `tune.space`, in order; last,
-    the current settings with autofix's float scope, when autofix keeps more ops float than they do."""
+    """The current quantize settings first (`c0`), then every other combination of `tune.space`, in order; then
+    the current settings with autofix's float scope, when autofix keeps more ops float than they do; last, the
+    current settings and the combinations again at each other deploy size of `tune.imgsz`."""
     current = {key: getattr(params.quantize, key) for key in SPACE_KEYS}
     grid = [dict(zip(SPACE_KEYS, values)) for values in
             itertools.product(*(getattr(params.tune.space, key) for key in SPACE_KEYS))]
     settings = [current, *(g for g in grid if g != current)]
     scope = autofix_scope(params)
-    if scope is not None:
-        settings.append({**current, SCOPE_KEY: scope})
-    return [Candidate(f"c{index}", values) for index, values in enumerate(settings)]
+    at_model_size = [*settings, {**current, SCOPE_KEY: scope}] if scope is not None else settings
+    other_sizes = [{**values, IMGSZ_KEY: size} for size in dict.fromkeys(params.tune.imgsz)
+                   if size != params.model.imgsz for values in settings]
+    return [Candidate(f"c{index}", values) for index, values in enumerate(at_model_size + other_sizes)]
+
+
+def deploy_size(params: Params, settings: dict) -> int:
+    """The image size a candidate is exported, quantized, predicted and timed at."""
+    return settings.get(IMGSZ_KEY, params.model.imgsz)
+
+
+def quantize_settings(settings: dict) -> dict:
+    """A candidate's values that go under `quantize:` (its deploy size does not)."""
+    return {key: value for key, value in settings.items() if key != IMGSZ_KEY}
 
 
 def autofix_scope(params: Params) -> dict | None:
@@ -108,11 +120,12 @@ def accuracy_limits(params: Params, task) -> list[Limit]:
 
 
 def with_settings(params: Params, settings: dict) -> Params:
-    """`params` with a candidate's quantize values (and its float scope, for autofix's candidate)."""
-    values = dict(settings)
+    """`params` with a candidate's quantize values (and its float scope, for autofix's candidate) and size."""
+    values = quantize_settings(settings)
     if SCOPE_KEY in values:
         values[SCOPE_KEY] = ignored_scope(values[SCOPE_KEY], params.autofix.scope)
-    return dataclasses.replace(params, quantize=dataclasses.replace(params.quantize, **values))
+    return dataclasses.replace(params, quantize=dataclasses.replace(params.quantize, **values),
+                               model=dataclasses.replace(params.model, imgsz=deploy_size(params, settings)))
 
 
 class SubsetScorer:
@@ -128,8 +141,9 @@ class SubsetScorer:
         self.images, self.names = val
         self.task = task_for(record)
         self.order = np.random.default_rng(params.tune.seed).permutation(len(self.images))
-        self.fp32 = _by_image(read_json(require_output(params.baseline.detections, "baseline")))
+        self.baseline = _by_image(read_json(require_output(params.baseline.detections, "baseline")))
         self.models: dict[str, ov.Model] = {}
+        self.fp32: dict[int, ov.Model] = {}  # deploy size -> the FP32 model exported at it
         self.fingerprints: dict[str, str] = {}  # INT8 IR hash -> the first candidate that quantized to it
         self.predicted: dict[str, dict[int, list[dict]]] = {}
         self.shapes: dict[int, tuple[int, int]] = {}
@@ -142,9 +156,8 @@ class SubsetScorer:
         new = [i for i in indices if i not in seen]
         model = self.model(candidate)
         start = time.perf_counter()
-        cfg = self.params.baseline
-        predictor = Predictor(PortableModel(model), cfg.inference_precision, self.params.model.imgsz,
-                              Postprocess(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det), self.task)
+        predictor = Predictor(PortableModel(model), self.params.baseline.inference_precision,
+                              deploy_size(self.params, candidate.settings), baseline_postprocess(self.params), self.task)
         per_image, shapes, _ = predict(self.executor, predictor, [self.images[i] for i in new],
                                        self.params.compute.shard_images)
         speed = len(new) / max(time.perf_counter() - start, 1e-9)
@@ -181,10 +194,23 @@ class SubsetScorer:
         if candidate.name not in self.models:
             params = with_settings(self.params, candidate.settings)
             log.info("tune %s: quantizing with %s", candidate.name, candidate.settings)
-            fp32 = ov.Core().read_model(fp32_ir(params))
+            fp32 = self.fp32_model(params.model.imgsz)
             calibration = calibration_images(params, model_dataset(params, self.record))
             self.models[candidate.name] = quantize_model(fp32, calibration, params, list(rule_scope(fp32, params)))
         return self.models[candidate.name]
+
+    def fp32_model(self, imgsz: int) -> ov.Model:
+        """The FP32 model at a deploy size: the export stage's IR at model.imgsz, else `model.weights` exported."""
+        if imgsz not in self.fp32:
+            if imgsz == self.params.model.imgsz:
+                self.fp32[imgsz] = ov.Core().read_model(fp32_ir(self.params))
+            else:
+                log.info("tune: exporting %s at imgsz %d", self.params.model.weights, imgsz)
+                with tempfile.TemporaryDirectory() as tmp:
+                    onnx = export_onnx(load_detector(self.params.model.weights), self.params.model.weights, imgsz,
+                                       self.params.export, Path(tmp))
+                    self.fp32[imgsz] = convert_onnx(onnx, self.params.model.weights, self.params.export.end2end)
+        return self.fp32[imgsz]
 
     def _subset(self, indices: list[int]) -> dict[str, tuple[PairedScorer, np.ndarray]]:
         """Per metric family: the paired scorer of these images and FP32's scores on it (built once per size)."""
@@ -192,7 +218,7 @@ class SubsetScorer:
             p = self.params.int8_eval
             truth = self.task.ground_truth([self.images[i] for i in indices], [self.shapes[i] for i in indices],
                                            self.names)
-            fp32 = _renumbered(self.fp32, indices)
+            fp32 = _renumbered(self.baseline, indices)
             entries = {}
             for family in self.task.metrics.scored:
                 scorer = PairedScorer(truth, p.bootstrap_samples, p.seed, family.iou_type)
@@ -230,19 +256,21 @@ def measure_speed(params: Params, scorer: SubsetScorer,
             irs[candidate.name] = Path(tmp) / candidate.name / INT8_IR_NAME
             ov.save_model(scorer.models[candidate.name], irs[candidate.name], compress_to_fp16=False)
         speeds: dict[str, list[float]] = {name: [] for name in irs}
-        _round(params, irs, speeds, Path(tmp))
+        sizes = {"fp32": params.model.imgsz} | {c.name: deploy_size(params, c.settings) for c in scored}
+        _round(params, irs, sizes, speeds, Path(tmp))
         first_round = {c.name: speeds[c.name][0] / speeds["fp32"][0] for c in scored}
         if not passed:
             return first_round, None
         kept = finalists(passed, speeds, params.tune.finalists)
         finals = {name: irs[name] for name in ("fp32", *kept)}
         for _ in range(max(cfg.repeats, 3) - 1):
-            _round(params, finals, speeds, Path(tmp))
-        result = more_rounds(params, finals, speeds, Path(tmp))
+            _round(params, finals, sizes, speeds, Path(tmp))
+        result = more_rounds(params, finals, sizes, speeds, Path(tmp))
     return first_round, result
 
 
-def more_rounds(params: Params, finals: dict[str, Path], speeds: dict[str, list[float]], tmp: Path) -> Fastest:
+def more_rounds(params: Params, finals: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
+                tmp: Path) -> Fastest:
     """The finalists' choice, after more interleaved rounds while a finalist faster on the point value than the
     chosen one is within a wide interval of it (`qgate.racing.contested`), until `benchmark.max_seconds` would
     be spent (as the benchmark stage adds pairs while its interval is undecided)."""
@@ -257,7 +285,7 @@ def more_rounds(params: Params, finals: dict[str, Path], speeds: dict[str, list[
             break
         log.info("tune benchmark: %s; one more round", reason)
         began = time.perf_counter()
-        _round(params, finals, speeds, tmp)
+        _round(params, finals, sizes, speeds, tmp)
         last = time.perf_counter() - began
         result = fastest(list(kept), kept, speeds["fp32"], cfg.ci_level)
     return result
@@ -271,15 +299,17 @@ def finalists(passed: list[Candidate], speeds: dict[str, list[float]], count: in
     return [c.name for c in passed if c.name in kept]
 
 
-def _round(params: Params, irs: dict[str, Path], speeds: dict[str, list[float]], tmp: Path) -> None:
-    benchmark_round(irs, params.baseline.inference_precision, params.benchmark, tmp / "reports", params.model.imgsz,
-                    speeds, "tune")
+def _round(params: Params, irs: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
+           tmp: Path) -> None:
+    for name, ir in irs.items():  # each at its own size (benchmark_app's shape, when batch > 1)
+        benchmark_round({name: ir}, params.baseline.inference_precision, params.benchmark, tmp / "reports",
+                        sizes[name], speeds, "tune")
 
 
 def columns(task) -> list[str]:
     """tune.csv's columns: the candidate, its settings, how far it got, its drops, its speed."""
     drops = [f"{f.key('map50_95_drop')}{end}" for f in task.metrics.scored for end in ("", "_ci_low", "_ci_high")]
-    return ["candidate", *SPACE_KEYS, "float_scope", "status", "why", "images", "evaluations", *drops,
+    return ["candidate", *SPACE_KEYS, "float_scope", IMGSZ_KEY, "status", "why", "images", "evaluations", *drops,
             "images_per_second", "first_round_speedup", "speedup", "speedup_ci_low", "speedup_ci_high", "beaten_by",
             "chosen"]
 
@@ -290,7 +320,8 @@ def table(params: Params, candidates: list[Candidate], task, first_round: dict[s
     rows = []
     for c in candidates:
         row = {"candidate": c.name, **{key: c.settings[key] for key in SPACE_KEYS},
-               "float_scope": scope_change(params, c.settings), "status": c.status, "why": c.why,
+               "float_scope": scope_change(params, c.settings), IMGSZ_KEY: deploy_size(params, c.settings),
+               "status": c.status, "why": c.why,
                "images": c.images, "evaluations": c.evaluations, "images_per_second": round(c.images_per_second, 1)}
         if c.name in first_round:
             row["first_round_speedup"] = round(first_round[c.name], 3)
@@ -326,8 +357,12 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
         replacing = f" (replacing its ignored_scope; {scope})" if scope else ""
         header = (f"# Paste under `quantize:` in params.yaml{replacing}: tune's choice ({chosen.name}), the fastest "
                   f"that passes the gates; your current settings (c0) {why}.\n")
+    size = deploy_size(params, chosen.settings)
+    if size != params.model.imgsz:
+        header += (f"# Deploy it at imgsz {size}: set model.imgsz: {size}, then `make gate` judges it against FP32 at "
+                   f"{size}; the drop and speed-up below are against FP32 at {params.model.imgsz}, your baseline.\n")
     header += measured
-    body = yaml.safe_dump(chosen.settings, sort_keys=False, default_flow_style=False)
+    body = yaml.safe_dump(quantize_settings(chosen.settings), sort_keys=False, default_flow_style=False)
     return header + "".join(f"  {line}\n" for line in body.splitlines())
 
 
@@ -337,8 +372,10 @@ def summary(params: Params, task, candidates: list[Candidate], evaluations: int,
     metrics = {"candidates": len(candidates), "evaluations": evaluations,
                **{status.replace(" ", "_"): sum(c.status == status for c in candidates)
                   for status in (PASSED, FAILED, DROPPED, SAME, UNFINISHED)},
-               "chosen": chosen.name if chosen else "", "chosen_settings": chosen.settings if chosen else {}}
+               "chosen": chosen.name if chosen else "",
+               "chosen_settings": quantize_settings(chosen.settings) if chosen else {}}
     if chosen is not None:
+        metrics["chosen_imgsz"] = deploy_size(params, chosen.settings)
         for f in task.metrics.scored:
             metrics |= chosen.drops[f.key()].fields(f"chosen_{f.key('map50_95_drop')}", 5)
         metrics |= result.speedups[chosen.name].fields("chosen_speedup", 3) | {"benchmark_rounds": result.rounds}

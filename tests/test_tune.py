@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 import shutil
@@ -105,12 +106,59 @@ def _assert_pareto_page(project: Path, rows: dict[str, dict], scored: list[str])
     assert (project / "reports/tune.html").read_text().count("<svg") == 1
 
 
-def test_bad_tune_params_fail_in_one_line_and_write_nothing(tmp_path, quantized_project, tiny_weights):
-    project = copy_project(quantized_project, tmp_path, tiny_weights,
-                           tune__space={**SPACE, "range_estimator": ["minmaxx"]})
-    assert_fails_cleanly("tune", project, ["params.yaml", "'tune.space.range_estimator' is 'minmaxx'"],
-                         "metrics/tune.json")
+@pytest.mark.parametrize("override, message", [
+    ({"tune__space": {**SPACE, "range_estimator": ["minmaxx"]}}, "'tune.space.range_estimator' is 'minmaxx'"),
+    ({"tune__imgsz": [128, 100]}, "'tune.imgsz' has 100; list multiples of 32"),
+], ids=["unknown-estimator", "imgsz-off-stride"])
+def test_bad_tune_params_fail_in_one_line_and_write_nothing(tmp_path, quantized_project, tiny_weights, override,
+                                                            message):
+    project = copy_project(quantized_project, tmp_path, tiny_weights, **override)
+    assert_fails_cleanly("tune", project, ["params.yaml", message], "metrics/tune.json")
     assert not (project / "reports/tune.csv").exists()
+
+
+def test_deploy_sizes_are_candidates_judged_against_fp32_at_model_imgsz(tmp_path, quantized_project, tiny_weights):
+    """`tune.imgsz` adds the candidates again at each other size (model.imgsz, or a size listed twice, adds nothing):
+    exported from the weights at that size, quantized on calibration images at it, scored against FP32's
+    detections at model.imgsz and timed against FP32 at model.imgsz: another model than c0's."""
+    one_each = {key: [value[0]] for key, value in SPACE.items()}
+    project = copy_project(quantized_project, tmp_path, tiny_weights, tune__space=one_each, tune__imgsz=[128, 64, 64],
+                           tune__first_images=6)
+    result = stage("tune", project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "exporting" in result.stderr and "at imgsz 64" in result.stderr
+    rows = {row["candidate"]: row for row in _rows(project)}
+    assert [(name, row["imgsz"], row["status"]) for name, row in rows.items()] == [
+        ("c0", "128", rows["c0"]["status"]), ("c1", "64", rows["c1"]["status"])]
+    assert rows["c1"]["status"] in ("passed", "failed", "dropped") and rows["c1"]["first_round_speedup"]
+    # the tiny model detects nothing (both drops 0): that c1 ran at 64 shows in its speed, a quarter of the pixels
+    # (one round: 5.6x against c0's 2.3x over FP32 at 128 on the VNNI machine, an order beyond a round's noise)
+    assert float(rows["c1"]["first_round_speedup"]) > 1.5 * float(rows["c0"]["first_round_speedup"]), rows
+    metrics = json.loads((project / "metrics/tune.json").read_text())
+    assert metrics["same_model"] == 0
+    if metrics["chosen"]:
+        assert metrics["chosen_imgsz"] == int(rows[metrics["chosen"]]["imgsz"])
+        assert "imgsz" not in yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
+
+
+def test_a_chosen_deploy_size_says_what_to_set(monkeypatch, tmp_path):
+    """The block of a candidate at another size pastes only quantize values and says to set model.imgsz, and that
+    its drop and speed-up are against FP32 at the current model.imgsz."""
+    monkeypatch.chdir(tmp_path)
+    params = load_params(ROOT / "params.yaml")
+    params = dataclasses.replace(params, tune=dataclasses.replace(params.tune, imgsz=(params.model.imgsz, 160)))
+    candidates = search_space(params)
+    at_160 = [c for c in candidates if c.settings.get("imgsz") == 160]
+    assert len(at_160) == len(candidates) // 2 and [c.name for c in candidates[:len(at_160)]] == [
+        f"c{i}" for i in range(len(at_160))]
+    chosen = at_160[0]
+    assert {key: chosen.settings[key] for key in SPACE_KEYS} == candidates[0].settings
+    chosen.status, chosen.images, chosen.drops = "passed", 200, {"map50_95": Interval(0.006, 0.002, 0.009, 0.95)}
+    result = Fastest(chosen.name, {chosen.name: Interval(2.9, 2.6, 3.2, 0.95)}, {chosen.name: ""}, 3)
+    block = quantize_block(params, SimpleNamespace(metrics=TASK_METRICS["detect"]), candidates, chosen, result)
+    assert "set model.imgsz: 160, then `make gate` judges it against FP32 at 160" in block
+    assert f"against FP32 at {params.model.imgsz}, your baseline" in block
+    assert yaml.safe_load("quantize:\n" + block)["quantize"] == candidates[0].settings
 
 
 def test_a_hand_edited_autofix_block_fails_naming_the_file(tmp_path, quantized_project, tiny_weights):
