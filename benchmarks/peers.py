@@ -115,7 +115,7 @@ def accuracy_control(params: Params, work: Path, tune_hyperparams: bool = False)
     model = nncf.quantize_with_accuracy_control(
         fp32, quantization.calibration_dataset(calibration, imgsz), nncf.Dataset(val), validate,
         max_drop=params.gates.max_map50_95_drop, subset_size=len(calibration),
-        advanced_quantization_parameters=quantization.advanced_parameters(params.quantize.range_estimator),
+        advanced_quantization_parameters=quantization.advanced_parameters(params.quantize),
         advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(tune_hyperparams=tune_hyperparams),
         **quantization.nncf_settings(params, list(quantization.rule_scope(fp32, params))))
     seconds = time.perf_counter() - start

@@ -108,6 +108,7 @@ class QuantizeParams:
 
     preset: str
     model_type: str
+    smooth_quant_alpha: float
     subset_size: int
     fast_bias_correction: bool
     range_estimator: str
@@ -214,6 +215,7 @@ class TuneSpaceParams:
 
     preset: tuple[str, ...]
     model_type: tuple[str, ...]
+    smooth_quant_alpha: tuple[float, ...]
     fast_bias_correction: tuple[bool, ...]
     range_estimator: tuple[str, ...]
     subset_size: tuple[int, ...]

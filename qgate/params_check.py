@@ -33,6 +33,7 @@ def check_values(params: Any, path: Path) -> None:
     _one_of(path, "quantize.preset", params.quantize.preset, ("performance", "mixed"))
     _one_of(path, "quantize.model_type", params.quantize.model_type, ("none", "transformer"))
     _one_of(path, "quantize.range_estimator", params.quantize.range_estimator, RANGE_ESTIMATORS)
+    _smooth_quant_alpha(path, "quantize.smooth_quant_alpha", params.quantize.smooth_quant_alpha)
     _one_of(path, "benchmark.hint", params.benchmark.hint, ("throughput", "latency"))
     for key in ("subset_size",):
         if getattr(params.quantize, key) < 1:
@@ -77,7 +78,8 @@ def _check_tune(tune: Any, path: Path) -> None:
     """A search space with at least one value per key, each one valid for `quantize:`, and a budget."""
     choices = {"preset": ("performance", "mixed"), "model_type": ("none", "transformer"),
                "range_estimator": RANGE_ESTIMATORS}
-    for key in ("preset", "model_type", "fast_bias_correction", "range_estimator", "subset_size", "keep_decode_float"):
+    for key in ("preset", "model_type", "smooth_quant_alpha", "fast_bias_correction", "range_estimator", "subset_size",
+                "keep_decode_float"):
         values = getattr(tune.space, key)
         if not values:
             raise QgateError(f"{path}: 'tune.space.{key}' is empty; list at least one value (e.g. the one "
@@ -85,6 +87,8 @@ def _check_tune(tune: Any, path: Path) -> None:
         for value in values:
             if key in choices:
                 _one_of(path, f"tune.space.{key}", value, choices[key])
+            if key == "smooth_quant_alpha":
+                _smooth_quant_alpha(path, "tune.space.smooth_quant_alpha", value)
             if key == "subset_size" and value < 1:
                 raise QgateError(f"{path}: 'tune.space.subset_size' has {value}; use calibration image counts >= 1")
     for size in tune.imgsz:
@@ -98,6 +102,13 @@ def _check_tune(tune: Any, path: Path) -> None:
                                 if key == "max_evaluations" else ""))
     if tune.max_seconds <= 0:
         raise QgateError(f"{path}: 'tune.max_seconds' is {tune.max_seconds}; use a wall-time budget > 0, e.g. 1800")
+
+
+def _smooth_quant_alpha(path: Path, key: str, value: float) -> None:
+    """NNCF's SmoothQuant alpha: in [0, 1], or negative for off."""
+    if value > 1:
+        raise QgateError(f"{path}: '{key}' is {value}; use an alpha in [0, 1] (NNCF's default 0.95), or -1 to "
+                         "switch SmoothQuant off")
 
 
 def _check_compute(compute: Any, path: Path) -> None:

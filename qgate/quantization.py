@@ -15,7 +15,7 @@ from qgate.dataset import Dataset, split_images
 from qgate.errors import QgateError
 from qgate.evaluator import image_tensor
 from qgate.heads import decode_ops, output_layers
-from qgate.params import Params
+from qgate.params import Params, QuantizeParams
 from qgate.precision import DECODE_RULE, OUTPUT_LAYER_RULE
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def quantize_model(model: ov.Model, images: list[Path], params: Params, by_rule:
     import nncf
 
     return nncf.quantize(model, calibration_dataset(images, params.model.imgsz), subset_size=len(images),
-                         advanced_parameters=advanced_parameters(params.quantize.range_estimator),
+                         advanced_parameters=advanced_parameters(params.quantize),
                          **nncf_settings(params, by_rule))
 
 
@@ -89,12 +89,13 @@ def nncf_settings(params: Params, by_rule: list[str]) -> dict:
             "fast_bias_correction": cfg.fast_bias_correction, "ignored_scope": ignored}
 
 
-def advanced_parameters(range_estimator: str):
-    """NNCF's advanced parameters: the activations' range estimator (`quantize.range_estimator`) when not NNCF's."""
-    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
+def advanced_parameters(cfg: QuantizeParams):
+    """NNCF's advanced parameters: SmoothQuant's MatMul alpha (`quantize.smooth_quant_alpha`; NNCF applies it with
+    model_type transformer only) and the activations' range estimator (`quantize.range_estimator`) when not NNCF's."""
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
     from nncf.quantization.range_estimator import RangeEstimatorParametersSet
 
-    if range_estimator == "default":
-        return None
-    return AdvancedQuantizationParameters(
-        activations_range_estimator_params=getattr(RangeEstimatorParametersSet, range_estimator.upper()))
+    estimator = {} if cfg.range_estimator == "default" else {
+        "activations_range_estimator_params": getattr(RangeEstimatorParametersSet, cfg.range_estimator.upper())}
+    return AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(
+        matmul=cfg.smooth_quant_alpha), **estimator)

@@ -68,7 +68,7 @@ class Race:
         self.candidates, self.limits, self.budget = candidates, limits, budget
         self.sizes = subset_sizes(total, first)
         self.confidence, self.policy = confidence, policy
-        self.evaluations = 0
+        self.evaluations, self.start = 0, None
 
     def run(self, score: Callable[[Candidate, int], tuple[dict[str, Interval], float]],
             twin: Callable[[Candidate], str] = lambda candidate: "") -> list[Candidate]:
@@ -76,11 +76,12 @@ class Race:
 
         `twin(candidate)` names an earlier candidate whose INT8 model is the same one ('' if none): settings
         that change nothing (NNCF's default range estimator is one of the named ones) are not scored twice.
+        Candidates added to `candidates` after a run race in the next one, within what is left of the budget.
         """
-        start = time.perf_counter()
+        self.start = self.start or time.perf_counter()
         for size in self.sizes:
             for candidate in self.racing():
-                spent = self._spent(start)
+                spent = self._spent(self.start)
                 if spent:
                     candidate.status, candidate.why = UNFINISHED, spent
                     continue

@@ -58,6 +58,11 @@ def main(params: Params) -> dict:
         race = Race(candidates, accuracy_limits(params, task), len(val[0]), cfg.first_images,
                     Budget(cfg.max_evaluations, cfg.max_seconds), params.gates.confidence, params.gates.inconclusive)
         race.run(scorer.score, scorer.twin)
+        retries = scoped_retries(params, candidates)
+        if retries:
+            log.info("tune: %d failed candidates again with autofix's float scope", len(retries))
+            candidates.extend(retries)  # race.candidates: they race next, within the budget left
+            race.run(scorer.score, scorer.twin)
     first_round, result = measure_speed(params, scorer, candidates)
     seconds = time.perf_counter() - start
     write_csv(cfg.csv, table(params, candidates, task, first_round, result), columns(task))
@@ -75,14 +80,25 @@ def search_space(params: Params) -> list[Candidate]:
     the current settings with autofix's float scope, when autofix keeps more ops float than they do; last, the
     current settings and the combinations again at each other deploy size of `tune.imgsz`."""
     current = {key: getattr(params.quantize, key) for key in SPACE_KEYS}
-    grid = [dict(zip(SPACE_KEYS, values)) for values in
+    grid = [effective(dict(zip(SPACE_KEYS, values)), current) for values in
             itertools.product(*(getattr(params.tune.space, key) for key in SPACE_KEYS))]
-    settings = [current, *(g for g in grid if g != current)]
+    settings = [current]
+    for values in grid:
+        if values not in settings:
+            settings.append(values)
     scope = autofix_scope(params)
     at_model_size = [*settings, {**current, SCOPE_KEY: scope}] if scope is not None else settings
     other_sizes = [{**values, IMGSZ_KEY: size} for size in dict.fromkeys(params.tune.imgsz)
                    if size != params.model.imgsz for values in settings]
     return [Candidate(f"c{index}", values) for index, values in enumerate(at_model_size + other_sizes)]
+
+
+def effective(settings: dict, current: dict) -> dict:
+    """`settings` as NNCF acts on them: without model_type transformer SmoothQuant does not run, so its alpha is
+    the current one (a candidate that differs in it alone would be the same model)."""
+    if settings["model_type"] == "transformer":
+        return settings
+    return {**settings, "smooth_quant_alpha": current["smooth_quant_alpha"]}
 
 
 def deploy_size(params: Params, settings: dict) -> int:
@@ -93,6 +109,22 @@ def deploy_size(params: Params, settings: dict) -> int:
 def quantize_settings(settings: dict) -> dict:
     """A candidate's values that go under `quantize:` (its deploy size does not)."""
     return {key: value for key, value in settings.items() if key != IMGSZ_KEY}
+
+
+def scoped_retries(params: Params, candidates: list[Candidate]) -> list[Candidate]:
+    """Each candidate that failed or was dropped without a float scope of its own, again with autofix's (the
+    sensitivity-ranked groups autofix keeps float), as autofix fixes the current settings when they fail; none
+    when autofix adds no ops, and none that repeats a candidate (autofix's own, the current settings with it)."""
+    scope = autofix_scope(params)
+    if scope is None:
+        return []
+    tried, retries = [c.settings for c in candidates], []
+    for candidate in candidates:
+        settings = {**candidate.settings, SCOPE_KEY: scope}
+        if candidate.status in (FAILED, DROPPED) and SCOPE_KEY not in candidate.settings and settings not in tried:
+            tried.append(settings)
+            retries.append(Candidate(f"c{len(candidates) + len(retries)}", settings))
+    return retries
 
 
 def autofix_scope(params: Params) -> dict | None:

@@ -1,15 +1,19 @@
-"""The quantize stage on a tiny real model: INT8 IR, precision table, scope validation, calibration rules."""
+"""The quantize stage on a tiny real model: INT8 IR, precision table, scope validation, calibration rules, and\nNNCF's SmoothQuant on MatMuls."""
 
 from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
+import numpy as np
 import openvino as ov
 import pytest
 
 from qgate.heads import output_layers
-from tests.conftest import assert_fails_cleanly, copy_project, stage
+from qgate.params import load_params
+from qgate.quantization import advanced_parameters
+from tests.conftest import ROOT, assert_fails_cleanly, copy_project, stage
 
 
 def _rows(project):
@@ -103,3 +107,35 @@ def test_missing_fp32_ir(tmp_path, exported_project, tiny_weights):
     project = copy_project(exported_project, tmp_path, tiny_weights)
     shutil.rmtree(project / "models" / "export")
     _fails(project, "model_fp32.xml", "run `dvc repro export`")
+
+
+def _two_matmuls() -> ov.Model:
+    """x [1, 8, 16] through two MatMuls: the ops NNCF's SmoothQuant smooths."""
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(0)
+    x = ops.parameter([1, 8, 16], np.float32, name="x")
+    y = ops.matmul(x, ops.constant(rng.normal(size=(16, 16)).astype(np.float32)), False, False)
+    return ov.Model([ops.matmul(y, ops.constant(rng.normal(size=(16, 16)).astype(np.float32)), False, False)], [x])
+
+
+def test_smooth_quant_alpha_reaches_nncf_with_model_type_transformer():
+    """quantize.smooth_quant_alpha sets the scales SmoothQuant multiplies the MatMuls' inputs by (another alpha,
+    other scales); -1 switches it off, and with model_type none NNCF never runs it."""
+    import nncf
+
+    rng = np.random.default_rng(1)
+    channels = np.linspace(0.1, 20, 16, dtype=np.float32)  # outlier channels: what SmoothQuant moves into weights
+    data = nncf.Dataset([rng.normal(size=(1, 8, 16)).astype(np.float32) * channels for _ in range(4)])
+    cfg = load_params(ROOT / "params.yaml").quantize
+
+    def smoothing(model_type, alpha: float) -> list[float]:
+        quantized = nncf.quantize(_two_matmuls(), data, subset_size=4, model_type=model_type,
+                                  advanced_parameters=advanced_parameters(replace(cfg, smooth_quant_alpha=alpha)))
+        return [float(v) for op in quantized.get_ordered_ops() if op.get_type_name() == "Constant"
+                and "smooth_quant" in op.get_friendly_name() for v in op.get_vector()]
+
+    transformer = nncf.ModelType.TRANSFORMER
+    default, half = smoothing(transformer, 0.95), smoothing(transformer, 0.5)
+    assert default and half and default != half
+    assert smoothing(transformer, -1) == [] and smoothing(None, 0.95) == []

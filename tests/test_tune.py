@@ -19,10 +19,10 @@ from qgate.artifacts import fp32_ir
 from qgate.errors import QgateError
 from qgate.intervals import Interval
 from qgate.params import Params, ignored_scope, load_params
-from qgate.racing import Fastest
+from qgate.racing import Budget, Fastest, Race
 from qgate.task_metrics import TASK_METRICS
 from stages.autofix import scope_block
-from stages.tune import SPACE_KEYS, quantize_block, search_space
+from stages.tune import SPACE_KEYS, accuracy_limits, quantize_block, scoped_retries, search_space
 from tests.conftest import ROOT, assert_fails_cleanly, copy_project, stage, venv_env
 
 SPACE = {"preset": ["mixed", "performance"], "model_type": ["none"], "fast_bias_correction": [True],
@@ -109,7 +109,8 @@ def _assert_pareto_page(project: Path, rows: dict[str, dict], scored: list[str])
 @pytest.mark.parametrize("override, message", [
     ({"tune__space": {**SPACE, "range_estimator": ["minmaxx"]}}, "'tune.space.range_estimator' is 'minmaxx'"),
     ({"tune__imgsz": [128, 100]}, "'tune.imgsz' has 100; list multiples of 32"),
-], ids=["unknown-estimator", "imgsz-off-stride"])
+    ({"tune__space": {**SPACE, "smooth_quant_alpha": [0.5, 1.5]}}, "'tune.space.smooth_quant_alpha' is 1.5"),
+], ids=["unknown-estimator", "imgsz-off-stride", "alpha-above-1"])
 def test_bad_tune_params_fail_in_one_line_and_write_nothing(tmp_path, quantized_project, tiny_weights, override,
                                                             message):
     project = copy_project(quantized_project, tmp_path, tiny_weights, **override)
@@ -139,6 +140,55 @@ def test_deploy_sizes_are_candidates_judged_against_fp32_at_model_imgsz(tmp_path
     if metrics["chosen"]:
         assert metrics["chosen_imgsz"] == int(rows[metrics["chosen"]]["imgsz"])
         assert "imgsz" not in yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
+
+
+def test_failed_configs_race_again_with_autofix_scope_within_the_budget_left(tmp_path, monkeypatch):
+    """The race's second part: every config that was dropped or failed without a float scope races again with
+    autofix's (numbered after the others); one that passed, or whose retry is a candidate already, does not; the
+    budget is the whole race's. Drops planted: performance configs fail unless their scope keeps ops float."""
+    monkeypatch.chdir(tmp_path)
+    params = load_params(ROOT / "params.yaml")
+    assert scoped_retries(params, search_space(params)) == []  # autofix has not run: nothing to retry with
+    Path("reports").mkdir()
+    Path("reports/autofix_scope.yaml").write_text(_autofix_block(params, ["/model.22/Add"]))
+    candidates = search_space(params)
+    limits = accuracy_limits(params, SimpleNamespace(metrics=TASK_METRICS["detect"]))
+
+    def planted(candidate, size):
+        failing = candidate.settings["preset"] == "performance" and "ignored_scope" not in candidate.settings
+        return {"map50_95": Interval(0.03, 0.02, 0.04, 0.95) if failing else Interval(0.0, -0.005, 0.005, 0.95)}, 1.0
+
+    first_part = 3 * 5 + 4  # 4 mixed configs and autofix's candidate pass on 50, 100, 200 images; 4 dropped on 50
+    budget = first_part + 4 * 3 - 1  # one evaluation short of the retries' 12 (each passes on 50, 100, 200 images)
+    race = Race(candidates, limits, 200, 50, Budget(budget, 1e9), params.gates.confidence,
+                params.gates.inconclusive)
+    race.run(planted)
+    dropped = [c.name for c in candidates if c.status == "dropped"]
+    assert len(dropped) == 4 and race.evaluations == first_part
+    retries = scoped_retries(params, candidates)
+    assert [c.name for c in retries] == [f"c{len(candidates) + i}" for i in range(4)]
+    assert [{k: v for k, v in c.settings.items() if k != "ignored_scope"} for c in retries] == [
+        c.settings for c in candidates if c.name in dropped]
+    candidates.extend(retries)
+    race.run(planted)
+    assert [(c.status, c.images) for c in retries] == [("passed", 200)] * 3 + [("unfinished", 100)]
+    assert retries[-1].why == f"budget: tune.max_evaluations {budget} spent" and race.evaluations == budget
+    assert scoped_retries(params, candidates) == []  # a retry is never retried
+
+
+def test_smooth_quant_alphas_are_candidates_only_where_nncf_runs_smooth_quant(monkeypatch, tmp_path):
+    """An alpha is tried with model_type transformer only: with none, SmoothQuant does not run, so those
+    candidates keep the current alpha and are not repeated per alpha."""
+    monkeypatch.chdir(tmp_path)
+    params = load_params(ROOT / "params.yaml")
+    one_each = {key: (getattr(params.quantize, key),) for key in SPACE_KEYS}
+    space = dataclasses.replace(params.tune.space, **one_each | {"model_type": ("none", "transformer"),
+                                                                 "smooth_quant_alpha": (0.5, 0.95, -1.0)})
+    params = dataclasses.replace(params, tune=dataclasses.replace(params.tune, space=space))
+    candidates = search_space(params)
+    assert [(c.settings["model_type"], c.settings["smooth_quant_alpha"]) for c in candidates] == [
+        ("none", params.quantize.smooth_quant_alpha), ("transformer", 0.5), ("transformer", 0.95),
+        ("transformer", -1.0)]
 
 
 def test_a_chosen_deploy_size_says_what_to_set(monkeypatch, tmp_path):
