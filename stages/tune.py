@@ -65,11 +65,12 @@ def main(params: Params) -> dict:
             race.run(scorer.score, scorer.twin)
     first_round, result = measure_speed(params, scorer, candidates)
     seconds = time.perf_counter() - start
-    write_csv(cfg.csv, table(params, candidates, task, first_round, result), columns(task))
+    rows = table(params, candidates, task, first_round, result)
+    write_csv(cfg.csv, rows, columns(task))
     chosen = next((c for c in candidates if result and c.name == result.chosen), None)
     block = quantize_block(params, task, candidates, chosen, result)
     write_text(cfg.block, block)
-    metrics = summary(params, task, candidates, race.evaluations, chosen, result, seconds, record)
+    metrics = summary(params, task, candidates, race.evaluations, chosen, result, seconds, record, rows)
     write_page(params, task, candidates, pareto_rows(params, task, candidates, first_round, result), block, metrics)
     write_json(cfg.metrics, metrics)
     return metrics
@@ -399,8 +400,9 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
 
 
 def summary(params: Params, task, candidates: list[Candidate], evaluations: int, chosen: Candidate | None,
-            result: Fastest | None, seconds: float, record: dict) -> dict:
-    """metrics/tune.json: how the search went and what it chose."""
+            result: Fastest | None, seconds: float, record: dict, rows: list[dict]) -> dict:
+    """metrics/tune.json: how the search went and what it chose; last, each candidate's outcome (its tune.csv
+    row without the settings), so `dvc metrics show`, `dvc exp show` and `dvc metrics diff` list them."""
     metrics = {"candidates": len(candidates), "evaluations": evaluations,
                **{status.replace(" ", "_"): sum(c.status == status for c in candidates)
                   for status in (PASSED, FAILED, DROPPED, SAME, UNFINISHED)},
@@ -411,8 +413,11 @@ def summary(params: Params, task, candidates: list[Candidate], evaluations: int,
         for f in task.metrics.scored:
             metrics |= chosen.drops[f.key()].fields(f"chosen_{f.key('map50_95_drop')}", 5)
         metrics |= result.speedups[chosen.name].fields("chosen_speedup", 3) | {"benchmark_rounds": result.rounds}
+    outcome = [key for key in columns(task) if key == "status" or "drop" in key or "speedup" in key]
     return metrics | {"ci_level": params.int8_eval.ci_level, "hint": params.benchmark.hint,
-                      "seconds": round(seconds, 1), **cpu_info(), "model_sha256": record["model_sha256"]}
+                      "seconds": round(seconds, 1), **cpu_info(), "model_sha256": record["model_sha256"],
+                      "by_candidate": {row["candidate"]: {key: row[key] for key in outcome if key in row}
+                                       for row in rows}}
 
 
 if __name__ == "__main__":

@@ -74,6 +74,10 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
             rows[name]["speedup_ci_high"])
     metrics = json.loads((project / "metrics/tune.json").read_text())
     assert (metrics["candidates"], metrics["evaluations"], metrics["passed"], metrics["same_model"]) == (5, 9, 3, 2)
+    # each candidate's outcome, for `dvc metrics show` / `dvc exp show`: its tune.csv row without the settings
+    assert {name: (m["status"], str(m.get("map50_95_drop", "")), str(m.get("speedup", ""))) for name, m in
+            metrics["by_candidate"].items()} == {name: (row["status"], row["map50_95_drop"], row["speedup"])
+                                                for name, row in rows.items()}
     assert metrics["benchmark_rounds"] >= 3  # more only while a faster finalist is within noise of the chosen one
     assert [row["chosen"] for row in rows.values()].count("1") == 1 and rows[metrics["chosen"]]["chosen"] == "1"
     block = yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
