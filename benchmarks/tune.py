@@ -34,7 +34,6 @@ from benchmarks.peers import accuracy_control, run_ultralytics  # noqa: E402
 from benchmarks.workspace import ROOT, inside, rooted  # noqa: E402
 from qgate.artifacts import INT8_IR_NAME, export_record, fake_quantize_count, fp32_ir  # noqa: E402
 from qgate.backends import open_executor  # noqa: E402
-from qgate.benchmark_app import benchmark_round  # noqa: E402
 from qgate.cpu import cpu_info, describe  # noqa: E402
 from qgate.intervals import ratio_interval  # noqa: E402
 from qgate.params import AutofixParams, BaselineParams, Params, load_params  # noqa: E402
@@ -72,9 +71,11 @@ def build_all(params: Params, work: Path, peers: list[str]) -> dict[str, dict]:
     seconds = time.perf_counter() - start
     with open(params.tune.csv, newline="") as handle:  # a candidate's subsets are nested: its last one counts
         images = sum(int(row["images"]) for row in csv.DictReader(handle))
+    size = metrics.get("chosen_imgsz", params.model.imgsz)  # a deploy size of tune.imgsz, when one was chosen
+    settings = metrics["chosen_settings"] | ({tune.IMGSZ_KEY: size} if size != params.model.imgsz else {})
     built = {TUNE: {"seconds": seconds, "images": images,
                     "chose": f"{metrics['chosen'] or 'nothing'} of {metrics['candidates']} candidates",
-                    "settings": metrics["chosen_settings"]}}
+                    "settings": settings}}
     for name in peers:
         if name == "ultralytics export int8":
             ir, seconds = run_ultralytics(params, work)
@@ -112,15 +113,15 @@ def judge(params: Params, built: dict[str, dict]) -> dict[str, Candidate]:
 
 def benchmark(params: Params, built: dict[str, dict], work: Path) -> dict[str, list[float]]:
     """Interleaved benchmark_app rounds of FP32 and every model (`benchmark.repeats`, 3 at least)."""
-    irs = {"fp32": fp32_ir(params)}
+    irs, sizes = {"fp32": fp32_ir(params)}, {"fp32": params.model.imgsz}
     for index, (name, entry) in enumerate(built.items()):
         if "model" in entry:
             irs[name] = work / "timed" / str(index) / INT8_IR_NAME
             ov.save_model(entry["model"], irs[name], compress_to_fp16=False)
+            sizes[name] = tune.deploy_size(params, entry.get("settings", {}))
     speeds: dict[str, list[float]] = {}
     for _ in range(max(params.benchmark.repeats, 3)):
-        benchmark_round(irs, params.baseline.inference_precision, params.benchmark, work / "reports",
-                        params.model.imgsz, speeds, "benchmarks/tune")
+        tune.sized_round(params, irs, sizes, speeds, work)
     return speeds
 
 

@@ -68,7 +68,7 @@ class Race:
         self.candidates, self.limits, self.budget = candidates, limits, budget
         self.sizes = subset_sizes(total, first)
         self.confidence, self.policy = confidence, policy
-        self.evaluations, self.start = 0, None
+        self.evaluations, self.start = 0, None  # the budget counts from the first run, over every run
 
     def run(self, score: Callable[[Candidate, int], tuple[dict[str, Interval], float]],
             twin: Callable[[Candidate], str] = lambda candidate: "") -> list[Candidate]:
@@ -76,12 +76,13 @@ class Race:
 
         `twin(candidate)` names an earlier candidate whose INT8 model is the same one ('' if none): settings
         that change nothing (NNCF's default range estimator is one of the named ones) are not scored twice.
-        Candidates added to `candidates` after a run race in the next one, within what is left of the budget.
+        Candidates `add`ed after a run race in the next one, within what is left of the budget.
         """
-        self.start = self.start or time.perf_counter()
+        if self.start is None:
+            self.start = time.perf_counter()
         for size in self.sizes:
             for candidate in self.racing():
-                spent = self._spent(self.start)
+                spent = self.spent()
                 if spent:
                     candidate.status, candidate.why = UNFINISHED, spent
                     continue
@@ -98,10 +99,15 @@ class Race:
         """The candidates still in the race, in search order."""
         return [c for c in self.candidates if c.status == RACING]
 
-    def _spent(self, start: float) -> str:
+    def add(self, candidates: list[Candidate]) -> None:
+        """More candidates, to race in the next `run`."""
+        self.candidates.extend(candidates)
+
+    def spent(self) -> str:
+        """Which budget is spent ('' while neither is)."""
         if self.evaluations >= self.budget.evaluations:
             return f"budget: tune.max_evaluations {self.budget.evaluations} spent"
-        if time.perf_counter() - start >= self.budget.seconds:
+        if self.start is not None and time.perf_counter() - self.start >= self.budget.seconds:
             return f"budget: tune.max_seconds {self.budget.seconds:g} spent"
         return ""
 

@@ -11,7 +11,6 @@ from qgate.plots import pareto_figure
 from qgate.racing import Candidate, Fastest
 
 SCOPE_KEY = "ignored_scope"  # the quantize key only autofix's candidate sets (tune.csv: float_scope)
-IMGSZ_KEY = "imgsz"  # a candidate's deploy size, set only when it is not model.imgsz (tune.imgsz)
 
 PARETO_COLUMNS = ["candidate", "status", "speedup", "speedup_ci_low", "speedup_ci_high", "drop", "drop_ci_low",
                   "drop_ci_high", "limit", "pareto", "chosen", "beaten_by"]

@@ -17,6 +17,7 @@ from qgate.yolo import ONNX_NAME, convert_onnx, export_onnx, load_detector, vers
 
 log = logging.getLogger(__name__)
 
+
 def main(params: Params) -> dict:
     """Export `model.weights` into `export.out_dir` (replaced atomically) and write the export record."""
     out_dir, record_path = Path(params.export.out_dir), Path(params.export.record)

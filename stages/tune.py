@@ -32,12 +32,13 @@ from qgate.racing import (DROPPED, FAILED, PASSED, SAME, UNFINISHED, Budget, Can
                           fastest)
 from qgate.runtime import PortableModel
 from qgate.tasks import task_for
-from qgate.tune_report import IMGSZ_KEY, SCOPE_KEY, page_files, pareto_rows, scope_change, write_page
+from qgate.tune_report import SCOPE_KEY, page_files, pareto_rows, scope_change, write_page
 from qgate.yolo import convert_onnx, export_onnx, load_detector
 
 log = logging.getLogger(__name__)
 
 SPACE_KEYS = [field.name for field in dataclasses.fields(TuneSpaceParams)]
+IMGSZ_KEY = "imgsz"  # a candidate's deploy size, set only when it is not model.imgsz (tune.imgsz)
 
 
 def main(params: Params) -> dict:
@@ -48,7 +49,8 @@ def main(params: Params) -> dict:
     shutil.rmtree(page_files(params), ignore_errors=True)
     record = export_record(params)
     task = task_for(record)
-    candidates = search_space(params)
+    scope = autofix_scope(params)
+    candidates = search_space(params, scope)
     val = val_images(params, record)
     start = time.perf_counter()
     log.info("tune: %d candidates on up to %d val images (first %d)", len(candidates), len(val[0]),
@@ -58,10 +60,10 @@ def main(params: Params) -> dict:
         race = Race(candidates, accuracy_limits(params, task), len(val[0]), cfg.first_images,
                     Budget(cfg.max_evaluations, cfg.max_seconds), params.gates.confidence, params.gates.inconclusive)
         race.run(scorer.score, scorer.twin)
-        retries = scoped_retries(params, candidates)
+        retries = [] if race.spent() else scoped_retries(candidates, scope)
         if retries:
             log.info("tune: %d failed candidates again with autofix's float scope", len(retries))
-            candidates.extend(retries)  # race.candidates: they race next, within the budget left
+            race.add(retries)  # into `candidates`, the list the race holds: they join the table
             race.run(scorer.score, scorer.twin)
     first_round, result = measure_speed(params, scorer, candidates)
     seconds = time.perf_counter() - start
@@ -76,25 +78,24 @@ def main(params: Params) -> dict:
     return metrics
 
 
-def search_space(params: Params) -> list[Candidate]:
+def search_space(params: Params, scope: dict | None) -> list[Candidate]:
     """The current quantize settings first (`c0`), then every other combination of `tune.space`, in order; then
-    the current settings with autofix's float scope, when autofix keeps more ops float than they do; last, the
-    current settings and the combinations again at each other deploy size of `tune.imgsz`."""
+    the current settings with autofix's float `scope` (`autofix_scope`), unless None; last, the current settings
+    and the combinations again at each other deploy size of `tune.imgsz`."""
     current = {key: getattr(params.quantize, key) for key in SPACE_KEYS}
-    grid = [effective(dict(zip(SPACE_KEYS, values)), current) for values in
+    grid = [as_nncf_runs_it(dict(zip(SPACE_KEYS, values)), current) for values in
             itertools.product(*(getattr(params.tune.space, key) for key in SPACE_KEYS))]
     settings = [current]
     for values in grid:
         if values not in settings:
             settings.append(values)
-    scope = autofix_scope(params)
     at_model_size = [*settings, {**current, SCOPE_KEY: scope}] if scope is not None else settings
     other_sizes = [{**values, IMGSZ_KEY: size} for size in dict.fromkeys(params.tune.imgsz)
                    if size != params.model.imgsz for values in settings]
     return [Candidate(f"c{index}", values) for index, values in enumerate(at_model_size + other_sizes)]
 
 
-def effective(settings: dict, current: dict) -> dict:
+def as_nncf_runs_it(settings: dict, current: dict) -> dict:
     """`settings` as NNCF acts on them: without model_type transformer SmoothQuant does not run, so its alpha is
     the current one (a candidate that differs in it alone would be the same model)."""
     if settings["model_type"] == "transformer":
@@ -112,17 +113,18 @@ def quantize_settings(settings: dict) -> dict:
     return {key: value for key, value in settings.items() if key != IMGSZ_KEY}
 
 
-def scoped_retries(params: Params, candidates: list[Candidate]) -> list[Candidate]:
-    """Each candidate that failed or was dropped without a float scope of its own, again with autofix's (the
-    sensitivity-ranked groups autofix keeps float), as autofix fixes the current settings when they fail; none
-    when autofix adds no ops, and none that repeats a candidate (autofix's own, the current settings with it)."""
-    scope = autofix_scope(params)
+def scoped_retries(candidates: list[Candidate], scope: dict | None) -> list[Candidate]:
+    """Each candidate at model.imgsz that failed or was dropped without a float scope of its own, again with
+    autofix's `scope` (the sensitivity-ranked groups autofix keeps float), as autofix fixes the current settings
+    when they fail; none when `scope` is None, and none that repeats a candidate (autofix's own). Not at other
+    deploy sizes: keeping ops float wins back quantization error, not what a lower resolution costs."""
     if scope is None:
         return []
     tried, retries = [c.settings for c in candidates], []
     for candidate in candidates:
         settings = {**candidate.settings, SCOPE_KEY: scope}
-        if candidate.status in (FAILED, DROPPED) and SCOPE_KEY not in candidate.settings and settings not in tried:
+        if (candidate.status in (FAILED, DROPPED) and not {SCOPE_KEY, IMGSZ_KEY} & set(candidate.settings)
+                and settings not in tried):
             tried.append(settings)
             retries.append(Candidate(f"c{len(candidates) + len(retries)}", settings))
     return retries
@@ -173,6 +175,7 @@ class SubsetScorer:
         self.params, self.record, self.executor = params, record, executor
         self.images, self.names = val
         self.task = task_for(record)
+        self.tasks: dict[int, object] = {}  # deploy size -> the task's decoding at it (a segment head's masks)
         self.order = np.random.default_rng(params.tune.seed).permutation(len(self.images))
         self.baseline = _by_image(read_json(require_output(params.baseline.detections, "baseline")))
         self.models: dict[str, ov.Model] = {}
@@ -189,8 +192,10 @@ class SubsetScorer:
         new = [i for i in indices if i not in seen]
         model = self.model(candidate)
         start = time.perf_counter()
-        predictor = Predictor(PortableModel(model), self.params.baseline.inference_precision,
-                              deploy_size(self.params, candidate.settings), baseline_postprocess(self.params), self.task)
+        imgsz = deploy_size(self.params, candidate.settings)
+        task = self.tasks.setdefault(imgsz, task_for({**self.record, "imgsz": imgsz}))
+        predictor = Predictor(PortableModel(model), self.params.baseline.inference_precision, imgsz,
+                              baseline_postprocess(self.params), task)
         per_image, shapes, _ = predict(self.executor, predictor, [self.images[i] for i in new],
                                        self.params.compute.shard_images)
         speed = len(new) / max(time.perf_counter() - start, 1e-9)
@@ -238,7 +243,11 @@ class SubsetScorer:
             if imgsz == self.params.model.imgsz:
                 self.fp32[imgsz] = ov.Core().read_model(fp32_ir(self.params))
             else:
-                log.info("tune: exporting %s at imgsz %d", self.params.model.weights, imgsz)
+                weights = self.params.model.weights
+                if sha256_file(weights) != self.record["model_sha256"]:
+                    raise QgateError(f"{weights}: changed since the export stage ran; run `make gate` (or `make "
+                                     "tune`, which runs it) so every deploy size comes from the same weights")
+                log.info("tune: exporting %s at imgsz %d", weights, imgsz)
                 with tempfile.TemporaryDirectory() as tmp:
                     onnx = export_onnx(load_detector(self.params.model.weights), self.params.model.weights, imgsz,
                                        self.params.export, Path(tmp))
@@ -290,14 +299,14 @@ def measure_speed(params: Params, scorer: SubsetScorer,
             ov.save_model(scorer.models[candidate.name], irs[candidate.name], compress_to_fp16=False)
         speeds: dict[str, list[float]] = {name: [] for name in irs}
         sizes = {"fp32": params.model.imgsz} | {c.name: deploy_size(params, c.settings) for c in scored}
-        _round(params, irs, sizes, speeds, Path(tmp))
+        sized_round(params, irs, sizes, speeds, Path(tmp))
         first_round = {c.name: speeds[c.name][0] / speeds["fp32"][0] for c in scored}
         if not passed:
             return first_round, None
         kept = finalists(passed, speeds, params.tune.finalists)
         finals = {name: irs[name] for name in ("fp32", *kept)}
         for _ in range(max(cfg.repeats, 3) - 1):
-            _round(params, finals, sizes, speeds, Path(tmp))
+            sized_round(params, finals, sizes, speeds, Path(tmp))
         result = more_rounds(params, finals, sizes, speeds, Path(tmp))
     return first_round, result
 
@@ -318,7 +327,7 @@ def more_rounds(params: Params, finals: dict[str, Path], sizes: dict[str, int], 
             break
         log.info("tune benchmark: %s; one more round", reason)
         began = time.perf_counter()
-        _round(params, finals, sizes, speeds, tmp)
+        sized_round(params, finals, sizes, speeds, tmp)
         last = time.perf_counter() - began
         result = fastest(list(kept), kept, speeds["fp32"], cfg.ci_level)
     return result
@@ -332,8 +341,9 @@ def finalists(passed: list[Candidate], speeds: dict[str, list[float]], count: in
     return [c.name for c in passed if c.name in kept]
 
 
-def _round(params: Params, irs: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
-           tmp: Path) -> None:
+def sized_round(params: Params, irs: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
+                tmp: Path) -> None:
+    """One interleaved benchmark_app round of `irs`, each at its deploy size, appended to `speeds`."""
     for name, ir in irs.items():  # each at its own size (benchmark_app's shape, when batch > 1)
         benchmark_round({name: ir}, params.baseline.inference_precision, params.benchmark, tmp / "reports",
                         sizes[name], speeds, "tune")
@@ -401,8 +411,9 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
 
 def summary(params: Params, task, candidates: list[Candidate], evaluations: int, chosen: Candidate | None,
             result: Fastest | None, seconds: float, record: dict, rows: list[dict]) -> dict:
-    """metrics/tune.json: how the search went and what it chose; last, each candidate's outcome (its tune.csv
-    row without the settings), so `dvc metrics show`, `dvc exp show` and `dvc metrics diff` list them."""
+    """metrics/tune.json: how the search went and what it chose; last, each candidate's outcome (status, drop and
+    speed-up intervals of its tune.csv row), so `dvc metrics show`, `dvc exp show` and `dvc metrics diff` list
+    them."""
     metrics = {"candidates": len(candidates), "evaluations": evaluations,
                **{status.replace(" ", "_"): sum(c.status == status for c in candidates)
                   for status in (PASSED, FAILED, DROPPED, SAME, UNFINISHED)},

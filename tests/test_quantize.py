@@ -1,4 +1,5 @@
-"""The quantize stage on a tiny real model: INT8 IR, precision table, scope validation, calibration rules, and\nNNCF's SmoothQuant on MatMuls."""
+"""The quantize stage on a tiny real model: INT8 IR, precision table, scope validation, calibration rules, and
+NNCF's SmoothQuant on MatMuls."""
 
 from __future__ import annotations
 

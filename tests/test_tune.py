@@ -22,7 +22,8 @@ from qgate.params import Params, ignored_scope, load_params
 from qgate.racing import Budget, Fastest, Race
 from qgate.task_metrics import TASK_METRICS
 from stages.autofix import scope_block
-from stages.tune import SPACE_KEYS, accuracy_limits, quantize_block, scoped_retries, search_space
+from stages.tune import (SPACE_KEYS, accuracy_limits, autofix_scope, quantize_block, scoped_retries,
+                         search_space)
 from tests.conftest import ROOT, assert_fails_cleanly, copy_project, stage, venv_env
 
 SPACE = {"preset": ["mixed", "performance"], "model_type": ["none"], "fast_bias_correction": [True],
@@ -133,51 +134,58 @@ def test_deploy_sizes_are_candidates_judged_against_fp32_at_model_imgsz(tmp_path
     assert result.returncode == 0, result.stderr[-3000:]
     assert "exporting" in result.stderr and "at imgsz 64" in result.stderr
     rows = {row["candidate"]: row for row in _rows(project)}
-    assert [(name, row["imgsz"], row["status"]) for name, row in rows.items()] == [
-        ("c0", "128", rows["c0"]["status"]), ("c1", "64", rows["c1"]["status"])]
-    assert rows["c1"]["status"] in ("passed", "failed", "dropped") and rows["c1"]["first_round_speedup"]
+    assert [(name, row["imgsz"], row["status"]) for name, row in rows.items()] == [("c0", "128", "passed"),
+                                                                                  ("c1", "64", "passed")]
+    assert rows["c1"]["first_round_speedup"] and rows["c1"]["images"] == "6"
     # the tiny model detects nothing (both drops 0): that c1 ran at 64 shows in its speed, a quarter of the pixels
     # (one round: 5.6x against c0's 2.3x over FP32 at 128 on the VNNI machine, an order beyond a round's noise)
     assert float(rows["c1"]["first_round_speedup"]) > 1.5 * float(rows["c0"]["first_round_speedup"]), rows
     metrics = json.loads((project / "metrics/tune.json").read_text())
-    assert metrics["same_model"] == 0
-    if metrics["chosen"]:
-        assert metrics["chosen_imgsz"] == int(rows[metrics["chosen"]]["imgsz"])
-        assert "imgsz" not in yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
+    assert metrics["same_model"] == 0 and metrics["chosen"] in ("c0", "c1")  # both pass: one is chosen
+    assert metrics["chosen_imgsz"] == int(rows[metrics["chosen"]]["imgsz"])
+    assert "imgsz" not in yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
 
 
 def test_failed_configs_race_again_with_autofix_scope_within_the_budget_left(tmp_path, monkeypatch):
-    """The race's second part: every config that was dropped or failed without a float scope races again with
-    autofix's (numbered after the others); one that passed, or whose retry is a candidate already, does not; the
-    budget is the whole race's. Drops planted: performance configs fail unless their scope keeps ops float."""
+    """The race's second part: every config at model.imgsz that was dropped or failed without a float scope races
+    again with autofix's (numbered after the others); one that passed, one at another deploy size, or one whose
+    retry is a candidate already, does not; the budget is the whole race's. Drops planted: performance configs
+    fail unless their scope keeps ops float."""
     monkeypatch.chdir(tmp_path)
     params = load_params(ROOT / "params.yaml")
-    assert scoped_retries(params, search_space(params)) == []  # autofix has not run: nothing to retry with
+    params = dataclasses.replace(params, tune=dataclasses.replace(params.tune, imgsz=(160,)))
+    assert autofix_scope(params) is None  # autofix has not run: no scope, no retries
+    assert scoped_retries(search_space(params, None), None) == []
     Path("reports").mkdir()
     Path("reports/autofix_scope.yaml").write_text(_autofix_block(params, ["/model.22/Add"]))
-    candidates = search_space(params)
+    scope = autofix_scope(params)
+    candidates = search_space(params, scope)
     limits = accuracy_limits(params, SimpleNamespace(metrics=TASK_METRICS["detect"]))
 
     def planted(candidate, size):
         failing = candidate.settings["preset"] == "performance" and "ignored_scope" not in candidate.settings
         return {"map50_95": Interval(0.03, 0.02, 0.04, 0.95) if failing else Interval(0.0, -0.005, 0.005, 0.95)}, 1.0
 
-    first_part = 3 * 5 + 4  # 4 mixed configs and autofix's candidate pass on 50, 100, 200 images; 4 dropped on 50
+    # per size, 4 mixed configs pass on 50, 100, 200 images and 4 performance ones are dropped on 50; at
+    # model.imgsz autofix's candidate (the current settings with its scope) passes too
+    first_part = 2 * (3 * 4 + 4) + 3
     budget = first_part + 4 * 3 - 1  # one evaluation short of the retries' 12 (each passes on 50, 100, 200 images)
     race = Race(candidates, limits, 200, 50, Budget(budget, 1e9), params.gates.confidence,
                 params.gates.inconclusive)
     race.run(planted)
-    dropped = [c.name for c in candidates if c.status == "dropped"]
-    assert len(dropped) == 4 and race.evaluations == first_part
-    retries = scoped_retries(params, candidates)
+    dropped = [c.name for c in candidates if c.status == "dropped" and "imgsz" not in c.settings]
+    assert len(dropped) == 4 and race.evaluations == first_part and not race.spent()
+    assert sum(c.status == "dropped" for c in candidates) == 8
+    retries = scoped_retries(candidates, scope)
     assert [c.name for c in retries] == [f"c{len(candidates) + i}" for i in range(4)]
     assert [{k: v for k, v in c.settings.items() if k != "ignored_scope"} for c in retries] == [
         c.settings for c in candidates if c.name in dropped]
-    candidates.extend(retries)
+    race.add(retries)
     race.run(planted)
     assert [(c.status, c.images) for c in retries] == [("passed", 200)] * 3 + [("unfinished", 100)]
-    assert retries[-1].why == f"budget: tune.max_evaluations {budget} spent" and race.evaluations == budget
-    assert scoped_retries(params, candidates) == []  # a retry is never retried
+    assert retries[-1].why == race.spent() == f"budget: tune.max_evaluations {budget} spent"
+    assert race.evaluations == budget
+    assert scoped_retries(candidates, scope) == []  # a retry is never retried
 
 
 def test_smooth_quant_alphas_are_candidates_only_where_nncf_runs_smooth_quant(monkeypatch, tmp_path):
@@ -189,7 +197,7 @@ def test_smooth_quant_alphas_are_candidates_only_where_nncf_runs_smooth_quant(mo
     space = dataclasses.replace(params.tune.space, **one_each | {"model_type": ("none", "transformer"),
                                                                  "smooth_quant_alpha": (0.5, 0.95, -1.0)})
     params = dataclasses.replace(params, tune=dataclasses.replace(params.tune, space=space))
-    candidates = search_space(params)
+    candidates = search_space(params, autofix_scope(params))
     assert [(c.settings["model_type"], c.settings["smooth_quant_alpha"]) for c in candidates] == [
         ("none", params.quantize.smooth_quant_alpha), ("transformer", 0.5), ("transformer", 0.95),
         ("transformer", -1.0)]
@@ -201,7 +209,7 @@ def test_a_chosen_deploy_size_says_what_to_set(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     params = load_params(ROOT / "params.yaml")
     params = dataclasses.replace(params, tune=dataclasses.replace(params.tune, imgsz=(params.model.imgsz, 160)))
-    candidates = search_space(params)
+    candidates = search_space(params, autofix_scope(params))
     at_160 = [c for c in candidates if c.settings.get("imgsz") == 160]
     assert len(at_160) == len(candidates) // 2 and [c.name for c in candidates[:len(at_160)]] == [
         f"c{i}" for i in range(len(at_160))]
@@ -229,12 +237,12 @@ def test_autofix_adds_a_candidate_only_when_its_block_names_new_ops(tmp_path, mo
     one more candidate, the current scope with them added, whose pasted block is a valid `ignored_scope`."""
     monkeypatch.chdir(tmp_path)
     params = load_params(ROOT / "params.yaml")
-    grid = len(search_space(params))
+    grid = len(search_space(params, autofix_scope(params)))
     Path("reports").mkdir()
     Path("reports/autofix_scope.yaml").write_text(_autofix_block(params, []))
-    assert len(search_space(params)) == grid
+    assert len(search_space(params, autofix_scope(params))) == grid
     Path("reports/autofix_scope.yaml").write_text(_autofix_block(params, ["/model.2/Concat", "/model.22/Add"]))
-    *_, last = candidates = search_space(params)
+    *_, last = candidates = search_space(params, autofix_scope(params))
     assert len(candidates) == grid + 1 and last.name == f"c{grid}"
     assert {key: last.settings[key] for key in SPACE_KEYS} == candidates[0].settings
     assert last.settings["ignored_scope"]["names"] == [*params.quantize.ignored_scope.names, "/model.2/Concat",
@@ -249,7 +257,7 @@ def test_autofix_adds_a_candidate_only_when_its_block_names_new_ops(tmp_path, mo
         last.settings["ignored_scope"]["names"])
     Path("reports/autofix_scope.yaml").write_text("# no block\n")
     with pytest.raises(QgateError, match="reports/autofix_scope.yaml: no `ignored_scope:` block"):
-        search_space(params)
+        search_space(params, autofix_scope(params))
 
 
 # ---- on the trained demo (slow): `make tune`, the block pasted, `make gate` ----
