@@ -139,6 +139,15 @@ class Fastest:
     beaten_by: dict[str, str]  # finalist -> a finalist faster beyond noise ('' when none is)
     rounds: int  # interleaved benchmark rounds the finalists ran
 
+    def why(self, name: str) -> str:
+        """Why finalist `name` was not chosen ('' for the chosen one): another one is faster beyond noise, or it
+        is within noise of the chosen one, which comes first in the search (fewer changes from the settings)."""
+        if name == self.chosen:
+            return ""
+        if self.beaten_by[name]:
+            return f"{self.beaten_by[name]} is faster beyond noise"
+        return f"within noise of {self.chosen}, which comes first in the search"
+
 
 def pair_level(level: float, finalists: int) -> float:
     """The level of each finalist-to-finalist ratio interval, so that all of them together hold at `level`

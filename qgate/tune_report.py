@@ -115,9 +115,8 @@ def _candidates(params: Params, task, candidates: list[Candidate], rows: list[di
         changes = [f"{k} {v}" for k, v in c.settings.items() if k != SCOPE_KEY and current.get(k) != v]
         changed = ", ".join(filter(None, [*changes, scope_change(params, c.settings)])) or "-"
         drops = [c.drops[f.key()].text() if f.key() in c.drops else "-" for f in task.metrics.scored]
-        beaten = speed.get(c.name, {}).get("beaten_by")
-        why = c.why or (f"{beaten} is faster beyond noise" if beaten else "-")
-        table.append([c.name, changed, c.status, str(c.images or "-"), *drops, _speed(speed.get(c.name)), why])
+        table.append([c.name, changed, c.status, str(c.images or "-"), *drops, _speed(speed.get(c.name)),
+                      c.why or "-"])
     return Section("Candidates", ["`reports/tune.csv` holds the same rows with every setting."],
                    tables=[(header, table)])
 

@@ -26,6 +26,7 @@ from qgate.evaluator import Predictor, predict
 from qgate.intervals import Interval, PairedScorer, difference
 from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
 from qgate.params import Params, TuneSpaceParams, as_dict, ignored_scope
+from qgate.paste import paste_lines
 from qgate.pipeline import baseline_postprocess, val_images
 from qgate.quantization import calibration_images, quantize_model, rule_scope
 from qgate.racing import (DROPPED, FAILED, PASSED, SAME, UNFINISHED, Budget, Candidate, Fastest, Limit, Race, contested,
@@ -66,6 +67,9 @@ def main(params: Params) -> dict:
             race.add(retries)  # into `candidates`, the list the race holds: they join the table
             race.run(scorer.score, scorer.twin)
     first_round, result = measure_speed(params, scorer, candidates)
+    for c in candidates:  # a finalist not chosen says why, beside what the race said of its accuracy
+        if result and c.name in result.speedups:
+            c.why = "; ".join(filter(None, [c.why, result.why(c.name)]))
     seconds = time.perf_counter() - start
     rows = table(params, candidates, task, first_round, result)
     write_csv(cfg.csv, rows, columns(task))
@@ -249,9 +253,8 @@ class SubsetScorer:
                                      "tune`, which runs it) so every deploy size comes from the same weights")
                 log.info("tune: exporting %s at imgsz %d", weights, imgsz)
                 with tempfile.TemporaryDirectory() as tmp:
-                    onnx = export_onnx(load_detector(self.params.model.weights), self.params.model.weights, imgsz,
-                                       self.params.export, Path(tmp))
-                    self.fp32[imgsz] = convert_onnx(onnx, self.params.model.weights, self.params.export.end2end)
+                    onnx = export_onnx(load_detector(weights), weights, imgsz, self.params.export, Path(tmp))
+                    self.fp32[imgsz] = convert_onnx(onnx, weights, self.params.export.end2end)
         return self.fp32[imgsz]
 
     def _subset(self, indices: list[int]) -> dict[str, tuple[PairedScorer, np.ndarray]]:
@@ -405,8 +408,7 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
         header += (f"# Deploy it at imgsz {size}: set model.imgsz: {size}, then `make gate` judges it against FP32 at "
                    f"{size}; the drop and speed-up below are against FP32 at {params.model.imgsz}, your baseline.\n")
     header += measured
-    body = yaml.safe_dump(quantize_settings(chosen.settings), sort_keys=False, default_flow_style=False)
-    return header + "".join(f"  {line}\n" for line in body.splitlines())
+    return header + paste_lines(quantize_settings(chosen.settings))
 
 
 def summary(params: Params, task, candidates: list[Candidate], evaluations: int, chosen: Candidate | None,

@@ -75,12 +75,15 @@ def test_a_faster_point_within_noise_is_not_preferred():
     result = fastest(["current", "other"], {"current": STEADY, "other": within_noise}, FP32, 0.95)
     assert result.chosen == "current" and result.beaten_by == {"current": "", "other": ""}
     assert result.speedups["other"].point > result.speedups["current"].point
+    assert result.why("current") == ""
+    assert result.why("other") == "within noise of current, which comes first in the search"
 
 
 def test_a_candidate_faster_beyond_noise_is_chosen():
     faster = [200.0, 203.0, 198.0, 201.0]
     result = fastest(["current", "faster"], {"current": STEADY, "faster": faster}, FP32, 0.95)
     assert result.chosen == "faster" and result.beaten_by["current"] == "faster"
+    assert result.why("current") == "faster is faster beyond noise"
     assert 1.9 < result.speedups["faster"].low < result.speedups["faster"].high < 2.1
 
 
