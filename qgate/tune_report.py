@@ -8,7 +8,7 @@ from qgate.io import write_bytes, write_csv, write_text
 from qgate.page import Section, figure, render_html, render_markdown
 from qgate.params import Params
 from qgate.plots import pareto_figure
-from qgate.racing import Candidate, Fastest
+from qgate.racing import PASSED, Candidate, Fastest
 
 SCOPE_KEY = "ignored_scope"  # the quantize key only autofix's candidate sets (tune.csv: float_scope)
 
@@ -66,7 +66,13 @@ def headline(metrics: dict) -> str:
     """The page's one line: what tune chose and at what speed-up, or that nothing passed."""
     if not metrics["chosen"]:
         return "FAIL: no candidate passes the accuracy gates"
-    kept = "current settings kept" if metrics["chosen"] == "c0" else "faster settings found"
+    current = metrics["by_candidate"].get("c0", {}).get("status")
+    if metrics["chosen"] == "c0":
+        kept = "current settings kept"
+    elif current == PASSED:
+        kept = "faster settings found"
+    else:  # nothing faster was needed: the current settings do not pass, this one does
+        kept = f"passes; your current settings (c0) {current}"
     return (f"{metrics['chosen']} ({kept}), speed-up {metrics['chosen_speedup']:.2f}x "
             f"[{metrics['chosen_speedup_ci_low']:.2f}, {metrics['chosen_speedup_ci_high']:.2f}]")
 

@@ -18,7 +18,7 @@ from qgate.group_prices import PRICE_COLUMNS, Prices, price_groups, price_rows
 from qgate.io import atomic_dir, read_json, sha256_file, write_csv, write_json, write_text
 from qgate.mixed import ignored_names, quantizer_groups, revert
 from qgate.params import Params
-from qgate.paste import paste_lines
+from qgate.paste import paste_block
 from qgate.artifacts import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, require_int8_ir, require_output
 from qgate.task_metrics import Scored
 from qgate.tasks import task_for
@@ -148,7 +148,7 @@ def scope_block(params: Params, names: list[str], best: dict, baseline: float, f
     elif not names:
         header = (f"# Nothing to add: no group autofix tried in float gained beyond noise.\n# {reached}: {within} "
                   f"autofix.target_drop {params.autofix.target_drop} ({how}).\n")
-    return header + paste_lines(block)
+    return paste_block(header, block)
 
 
 if __name__ == "__main__":

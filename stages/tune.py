@@ -26,7 +26,7 @@ from qgate.evaluator import Predictor, predict
 from qgate.intervals import Interval, PairedScorer, difference
 from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
 from qgate.params import Params, TuneSpaceParams, as_dict, ignored_scope
-from qgate.paste import paste_lines
+from qgate.paste import paste_block
 from qgate.pipeline import baseline_postprocess, val_images
 from qgate.quantization import calibration_images, quantize_model, rule_scope
 from qgate.racing import (DROPPED, FAILED, PASSED, SAME, UNFINISHED, Budget, Candidate, Fastest, Limit, Race, contested,
@@ -386,8 +386,9 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
                    result: Fastest | None) -> str:
     """The chosen settings as lines to paste under `quantize:` in params.yaml, with what tune measured."""
     if chosen is None:
-        return ("# tune found no candidate that passes the accuracy gates on the whole val split (reports/tune.csv "
-                "says why each one stopped);\n# nothing to paste. Widen tune.space or raise the budget.\n")
+        return paste_block("# tune found no candidate that passes the accuracy gates on the whole val split "
+                           "(reports/tune.csv says why each one stopped);\n# nothing to paste. Widen tune.space or "
+                           "raise the budget.", {})
     drops = "; ".join(f"{f.title()} drop {chosen.drops[f.key()].text()}" for f in reversed(task.metrics.scored))
     speedup = result.speedups[chosen.name]
     measured = (f"# {drops} on all {chosen.images} val images; speed-up "
@@ -408,7 +409,7 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
         header += (f"# Deploy it at imgsz {size}: set model.imgsz: {size}, then `make gate` judges it against FP32 at "
                    f"{size}; the drop and speed-up below are against FP32 at {params.model.imgsz}, your baseline.\n")
     header += measured
-    return header + paste_lines(quantize_settings(chosen.settings))
+    return paste_block(header, quantize_settings(chosen.settings))
 
 
 def summary(params: Params, task, candidates: list[Candidate], evaluations: int, chosen: Candidate | None,

@@ -19,8 +19,10 @@ from qgate.artifacts import fp32_ir
 from qgate.errors import QgateError
 from qgate.intervals import Interval
 from qgate.params import Params, ignored_scope, load_params
+from qgate.paste import WIDTH
 from qgate.racing import Budget, Fastest, Race
 from qgate.task_metrics import TASK_METRICS
+from qgate.tune_report import headline
 from stages.autofix import scope_block
 from stages.tune import (SPACE_KEYS, accuracy_limits, autofix_scope, quantize_block, scoped_retries,
                          search_space)
@@ -33,6 +35,13 @@ SPACE = {"preset": ["mixed", "performance"], "model_type": ["none"], "fast_bias_
 def _rows(project: Path) -> list[dict]:
     with open(project / "reports/tune.csv") as handle:
         return list(csv.DictReader(handle))
+
+
+def _said(block: str) -> str:
+    """A pasteable block's comment lines as one text (they are wrapped at WIDTH), after checking their width."""
+    comments = [line for line in block.splitlines() if line.startswith("#")]
+    assert all(len(line) <= WIDTH for line in comments), comments
+    return " ".join(line.removeprefix("# ") for line in comments)
 
 
 def _autofix_block(params: Params, names: list[str]) -> str:
@@ -218,9 +227,19 @@ def test_a_chosen_deploy_size_says_what_to_set(monkeypatch, tmp_path):
     chosen.status, chosen.images, chosen.drops = "passed", 200, {"map50_95": Interval(0.006, 0.002, 0.009, 0.95)}
     result = Fastest(chosen.name, {chosen.name: Interval(2.9, 2.6, 3.2, 0.95)}, {chosen.name: ""}, 3)
     block = quantize_block(params, SimpleNamespace(metrics=TASK_METRICS["detect"]), candidates, chosen, result)
-    assert "set model.imgsz: 160, then `make gate` judges it against FP32 at 160" in block
-    assert f"against FP32 at {params.model.imgsz}, your baseline" in block
+    assert "set model.imgsz: 160, then `make gate` judges it against FP32 at 160" in _said(block)
+    assert f"against FP32 at {params.model.imgsz}, your baseline" in _said(block)
     assert yaml.safe_load("quantize:\n" + block)["quantize"] == candidates[0].settings
+
+
+def test_the_headline_says_whether_the_current_settings_passed():
+    chosen = {"chosen": "c2", "chosen_speedup": 3.55, "chosen_speedup_ci_low": 3.24, "chosen_speedup_ci_high": 3.89}
+    assert headline(chosen | {"by_candidate": {"c0": {"status": "failed"}}}) == (
+        "c2 (passes; your current settings (c0) failed), speed-up 3.55x [3.24, 3.89]")
+    assert "(faster settings found)" in headline(chosen | {"by_candidate": {"c0": {"status": "passed"}}})
+    kept = chosen | {"chosen": "c0", "by_candidate": {"c0": {"status": "passed"}}}
+    assert headline(kept).startswith("c0 (current settings kept)")
+    assert headline({"chosen": ""}) == "FAIL: no candidate passes the accuracy gates"
 
 
 def test_a_hand_edited_autofix_block_fails_naming_the_file(tmp_path, quantized_project, tiny_weights):
@@ -251,7 +270,7 @@ def test_autofix_adds_a_candidate_only_when_its_block_names_new_ops(tmp_path, mo
     last.drops = {"map50_95": Interval(0.004, 0.001, 0.007, 0.95)}
     result = Fastest(last.name, {last.name: Interval(1.9, 1.8, 2.0, 0.95)}, {last.name: ""}, 3)
     block = quantize_block(params, SimpleNamespace(metrics=TASK_METRICS["detect"]), candidates, last, result)
-    assert "(replacing its ignored_scope; autofix's adds 2 ops float)" in block
+    assert "(replacing its ignored_scope; autofix's adds 2 ops float)" in _said(block)
     pasted = yaml.safe_load("quantize:\n" + block)["quantize"]
     assert pasted == last.settings and ignored_scope(pasted["ignored_scope"], "block").names == tuple(
         last.settings["ignored_scope"]["names"])
