@@ -11,10 +11,11 @@ WIDTH = 100  # a comment line's longest; GitHub shows about 120 characters of a 
 
 
 def paste_block(header: str, settings: dict) -> str:
-    """`header`'s comment lines ("# ..."), each wrapped at WIDTH, then `settings` (none: nothing to paste) as block
-    YAML in their own order, indented two spaces to sit under a section key (`quantize:`)."""
-    comments = [f"# {part}" for line in header.splitlines()
-                for part in textwrap.wrap(line.removeprefix("# "), WIDTH - 2, break_long_words=False,
-                                          break_on_hyphens=False)]
+    """`header`'s comment lines ("# ..."), each wrapped at WIDTH (a longer word, an op name, stays whole), then
+    `settings` (none: nothing to paste) as block YAML in their own order, indented two spaces to sit under a section
+    key (`quantize:`)."""
+    comments = [f"# {part}".rstrip() for line in header.splitlines()
+                for part in textwrap.wrap(line.removeprefix("#").strip(), WIDTH - 2, break_long_words=False,
+                                          break_on_hyphens=False) or [""]]
     body = yaml.safe_dump(settings, sort_keys=False, default_flow_style=False) if settings else ""
     return "".join(f"{line}\n" for line in comments) + "".join(f"  {line}\n" for line in body.splitlines())

@@ -141,7 +141,7 @@ class Fastest:
 
     def why(self, name: str) -> str:
         """Why finalist `name` was not chosen ('' for the chosen one): another one is faster beyond noise, or it
-        is within noise of the chosen one, which comes first in the search (fewer changes from the settings)."""
+        is within noise of the chosen one, which comes first in the search (c0, then tune.space's order)."""
         if name == self.chosen:
             return ""
         if self.beaten_by[name]:
@@ -162,7 +162,7 @@ def fastest(order: list[str], speeds: dict[str, list[float]], fp32: list[float],
 
     `speeds` are per-round measurements (interleaved rounds: index i of every list ran in the same round),
     higher is faster. A finalist beats another when their paired speed ratio's interval (at `pair_level`) lies
-    above 1: a point value inside the noise never decides, so the earlier (less changed) config is kept on a tie.
+    above 1: a point value inside the noise never decides, so the earlier config (c0 first) is kept on a tie.
     """
     beaten_by, per_pair = {}, pair_level(level, len(order))
     for name in order:

@@ -72,7 +72,7 @@ def headline(metrics: dict) -> str:
     elif current == PASSED:
         kept = "faster settings found"
     else:  # nothing faster was needed: the current settings do not pass, this one does
-        kept = f"passes; your current settings (c0) {current}"
+        kept = f"passes; your current settings (c0): {current}"
     return (f"{metrics['chosen']} ({kept}), speed-up {metrics['chosen_speedup']:.2f}x "
             f"[{metrics['chosen_speedup_ci_low']:.2f}, {metrics['chosen_speedup_ci_high']:.2f}]")
 

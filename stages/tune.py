@@ -67,9 +67,9 @@ def main(params: Params) -> dict:
             race.add(retries)  # into `candidates`, the list the race holds: they join the table
             race.run(scorer.score, scorer.twin)
     first_round, result = measure_speed(params, scorer, candidates)
-    for c in candidates:  # a finalist not chosen says why, beside what the race said of its accuracy
-        if result and c.name in result.speedups:
-            c.why = "; ".join(filter(None, [c.why, result.why(c.name)]))
+    for c in candidates:  # a passing candidate not chosen says why, beside what the race said of its accuracy
+        if result and c.status == PASSED:
+            c.why = "; ".join(filter(None, [c.why, speed_why(c.name, result, first_round)]))
     seconds = time.perf_counter() - start
     rows = table(params, candidates, task, first_round, result)
     write_csv(cfg.csv, rows, columns(task))
@@ -334,6 +334,17 @@ def more_rounds(params: Params, finals: dict[str, Path], sizes: dict[str, int], 
         last = time.perf_counter() - began
         result = fastest(list(kept), kept, speeds["fp32"], cfg.ci_level)
     return result
+
+
+def speed_why(name: str, result: Fastest, first_round: dict[str, float]) -> str:
+    """Why a passing candidate was not chosen ('' for the chosen one): as a finalist (`Fastest.why`), or that its
+    first round ran below every finalist's but c0's (c0 is a finalist whenever it passes)."""
+    if name in result.speedups:
+        return result.why(name)
+    others = [f"{n} {first_round[n]:.2f}x" for n in result.speedups if n != "c0"]
+    if not others:
+        return "not a finalist: tune.finalists keeps c0 only"
+    return f"not a finalist: its first round ({first_round[name]:.2f}x) ran below the finalists' ({', '.join(others)})"
 
 
 def finalists(passed: list[Candidate], speeds: dict[str, list[float]], count: int) -> list[str]:

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from qgate import offline
+from qgate.paste import WIDTH
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_CLASSES = ["ellipse", "rectangle", "triangle", "star"]
@@ -198,6 +199,13 @@ def table_results(stdout: str) -> dict[str, str]:
 def failed_in_table(stdout: str) -> set[str]:
     """The gates the verdict table counts as failed."""
     return {gate for gate, result in table_results(stdout).items() if result.endswith(("FAIL", "FAIL)"))}
+
+
+def comment_text(block: str) -> str:
+    """A pasteable block's comment lines as one text (qgate.paste wraps them), after checking their width."""
+    comments = [line for line in block.splitlines() if line.startswith("#")]
+    assert all(len(line) <= WIDTH for line in comments), comments
+    return " ".join(line.removeprefix("# ") for line in comments)
 
 
 def assert_fails_cleanly(name: str, project: Path, fragments: list[str], output: str) -> str:

@@ -22,8 +22,8 @@ from qgate.plots import sensitivity_figure, svg_text
 from qgate.task_metrics import TASK_METRICS
 from stages import sensitivity
 from stages.autofix import scope_block
-from tests.conftest import (QUICK_BENCHMARK, ROOT, assert_fails_cleanly, copy_project, divergence_and_ranking,
-                            error_line, failed_in_table, plant_range_fault, stage)
+from tests.conftest import (QUICK_BENCHMARK, ROOT, assert_fails_cleanly, comment_text, copy_project,
+                            divergence_and_ranking, error_line, failed_in_table, plant_range_fault, stage)
 
 PLANTED = "/model.1/conv/Conv/WithoutBiases"
 QUICK_PRICES = {"price_rounds": 2, "price_seconds": 1}  # CI time: the prices' interval, not their precision, is tested
@@ -148,7 +148,7 @@ def test_a_block_that_adds_no_name_says_whether_the_target_was_met():
     missed = scope_block(params, [], best | {"within_target": 0}, 0.72, family)
     assert met.startswith("# Nothing to add: the current quantize.ignored_scope already meets the target.")
     assert missed.startswith("# Nothing to add: no group autofix tried in float gained beyond noise.")
-    assert "NOT within autofix.target_drop" in missed
+    assert "NOT within autofix.target_drop" in comment_text(missed)
     assert yaml.safe_load(missed)["ignored_scope"]["names"] == list(params.quantize.ignored_scope.names)
 
 

@@ -19,14 +19,13 @@ from qgate.artifacts import fp32_ir
 from qgate.errors import QgateError
 from qgate.intervals import Interval
 from qgate.params import Params, ignored_scope, load_params
-from qgate.paste import WIDTH
 from qgate.racing import Budget, Fastest, Race
 from qgate.task_metrics import TASK_METRICS
 from qgate.tune_report import headline
 from stages.autofix import scope_block
 from stages.tune import (SPACE_KEYS, accuracy_limits, autofix_scope, quantize_block, scoped_retries,
-                         search_space)
-from tests.conftest import ROOT, assert_fails_cleanly, copy_project, stage, venv_env
+                         search_space, speed_why)
+from tests.conftest import ROOT, assert_fails_cleanly, comment_text, copy_project, stage, venv_env
 
 SPACE = {"preset": ["mixed", "performance"], "model_type": ["none"], "fast_bias_correction": [True],
          "range_estimator": ["default", "mean_minmax"], "subset_size": [300], "keep_decode_float": [True]}
@@ -35,13 +34,6 @@ SPACE = {"preset": ["mixed", "performance"], "model_type": ["none"], "fast_bias_
 def _rows(project: Path) -> list[dict]:
     with open(project / "reports/tune.csv") as handle:
         return list(csv.DictReader(handle))
-
-
-def _said(block: str) -> str:
-    """A pasteable block's comment lines as one text (they are wrapped at WIDTH), after checking their width."""
-    comments = [line for line in block.splitlines() if line.startswith("#")]
-    assert all(len(line) <= WIDTH for line in comments), comments
-    return " ".join(line.removeprefix("# ") for line in comments)
 
 
 def _autofix_block(params: Params, names: list[str]) -> str:
@@ -79,7 +71,8 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
     assert rows["c3"]["why"] == "the same INT8 model as c2" and rows["c3"]["evaluations"] == "0"
     for name in ("c0", "c2", "c4"):
         assert rows[name]["status"] == "passed" and rows[name]["images"] == "6" and rows[name]["evaluations"] == "3"
-    for name in (name for name, row in rows.items() if row["speedup"]):  # the finalists
+    for name in (name for name, row in rows.items() if row["speedup"]):  # the finalists: why each was not chosen
+        assert (rows[name]["why"] == "") == (rows[name]["chosen"] == "1"), rows[name]
         assert float(rows[name]["speedup_ci_low"]) <= float(rows[name]["speedup"]) <= float(
             rows[name]["speedup_ci_high"])
     metrics = json.loads((project / "metrics/tune.json").read_text())
@@ -227,19 +220,31 @@ def test_a_chosen_deploy_size_says_what_to_set(monkeypatch, tmp_path):
     chosen.status, chosen.images, chosen.drops = "passed", 200, {"map50_95": Interval(0.006, 0.002, 0.009, 0.95)}
     result = Fastest(chosen.name, {chosen.name: Interval(2.9, 2.6, 3.2, 0.95)}, {chosen.name: ""}, 3)
     block = quantize_block(params, SimpleNamespace(metrics=TASK_METRICS["detect"]), candidates, chosen, result)
-    assert "set model.imgsz: 160, then `make gate` judges it against FP32 at 160" in _said(block)
-    assert f"against FP32 at {params.model.imgsz}, your baseline" in _said(block)
+    assert "set model.imgsz: 160, then `make gate` judges it against FP32 at 160" in comment_text(block)
+    assert f"against FP32 at {params.model.imgsz}, your baseline" in comment_text(block)
     assert yaml.safe_load("quantize:\n" + block)["quantize"] == candidates[0].settings
 
 
 def test_the_headline_says_whether_the_current_settings_passed():
     chosen = {"chosen": "c2", "chosen_speedup": 3.55, "chosen_speedup_ci_low": 3.24, "chosen_speedup_ci_high": 3.89}
     assert headline(chosen | {"by_candidate": {"c0": {"status": "failed"}}}) == (
-        "c2 (passes; your current settings (c0) failed), speed-up 3.55x [3.24, 3.89]")
+        "c2 (passes; your current settings (c0): failed), speed-up 3.55x [3.24, 3.89]")
     assert "(faster settings found)" in headline(chosen | {"by_candidate": {"c0": {"status": "passed"}}})
     kept = chosen | {"chosen": "c0", "by_candidate": {"c0": {"status": "passed"}}}
     assert headline(kept).startswith("c0 (current settings kept)")
     assert headline({"chosen": ""}) == "FAIL: no candidate passes the accuracy gates"
+
+
+def test_a_passing_candidate_not_chosen_says_why():
+    speedup = Interval(2.3, 2.1, 2.5, 0.95)
+    first_round = {"c0": 2.0, "c2": 2.9, "c3": 2.5}
+    result = Fastest("c0", {"c0": speedup, "c2": speedup}, {"c0": "", "c2": ""}, 3)
+    assert speed_why("c0", result, first_round) == ""
+    assert speed_why("c2", result, first_round) == "within noise of c0, which comes first in the search"
+    assert speed_why("c3", result, first_round) == (
+        "not a finalist: its first round (2.50x) ran below the finalists' (c2 2.90x)")
+    alone = Fastest("c0", {"c0": speedup}, {"c0": ""}, 3)
+    assert speed_why("c3", alone, first_round) == "not a finalist: tune.finalists keeps c0 only"
 
 
 def test_a_hand_edited_autofix_block_fails_naming_the_file(tmp_path, quantized_project, tiny_weights):
@@ -270,7 +275,7 @@ def test_autofix_adds_a_candidate_only_when_its_block_names_new_ops(tmp_path, mo
     last.drops = {"map50_95": Interval(0.004, 0.001, 0.007, 0.95)}
     result = Fastest(last.name, {last.name: Interval(1.9, 1.8, 2.0, 0.95)}, {last.name: ""}, 3)
     block = quantize_block(params, SimpleNamespace(metrics=TASK_METRICS["detect"]), candidates, last, result)
-    assert "(replacing its ignored_scope; autofix's adds 2 ops float)" in _said(block)
+    assert "(replacing its ignored_scope; autofix's adds 2 ops float)" in comment_text(block)
     pasted = yaml.safe_load("quantize:\n" + block)["quantize"]
     assert pasted == last.settings and ignored_scope(pasted["ignored_scope"], "block").names == tuple(
         last.settings["ignored_scope"]["names"])
