@@ -319,7 +319,8 @@ def test_make_tune_fixes_a_failing_config_and_make_gate_passes_the_pasted_block(
     assert list(scoped) in ([], ["c2"]) and all(scope.startswith("autofix's adds ") for scope in scoped.values())
     (chosen,) = [row for row in rows.values() if row["chosen"] == "1"]
     assert chosen["status"] == "passed", chosen
-    assert f"your current settings (c0) {naive['status']}: mAP50-95 drop" in tuned.stdout  # make tune prints the block
+    printed = comment_text(tuned.stdout)  # make tune prints the block, its comment lines wrapped
+    assert f"your current settings (c0) {naive['status']}: mAP50-95 drop" in printed
     metrics = json.loads((project / "metrics/tune.json").read_text())
     params["quantize"] |= yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
