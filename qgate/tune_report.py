@@ -18,8 +18,9 @@ PARETO_COLUMNS = ["candidate", "status", "speedup", "speedup_ci_low", "speedup_c
 
 def pareto_rows(params: Params, task, candidates: list[Candidate], first_round: dict[str, float],
                 result: Fastest | None) -> list[dict]:
-    """tune_pareto.csv: every benchmarked candidate's speed-up (first round; finalists: over all rounds, with its
-    interval) and its drop in the task's own metric, the gate's limit, and whether it is on the Pareto front."""
+    """tune_pareto.csv: every benchmarked candidate's speed-up (failed ones: first round; passing ones: over the
+    rounds they ran, with its interval) and its drop in the task's own metric, the gate's limit, and whether it
+    is on the Pareto front."""
     own = task.metrics.primary
     limit = getattr(params.gates, f"max_{own.key('map50_95_drop')}")
     rows = []
@@ -94,7 +95,7 @@ def _pareto(params: Params, task, rows: list[dict]) -> Section:
     level = f"{params.benchmark.ci_level:.0%}"
     text = [f"Every scored candidate: its {own.title()} drop on the images it was scored on (bar: its "
             f"{params.int8_eval.ci_level:.0%} paired interval) against its speed-up over FP32 from one interleaved "
-            f"`benchmark_app` round; the finalists' speed-up is over every round, with its {level} interval. "
+            f"`benchmark_app` round; a passing candidate's is over every round it ran, with its {level} interval. "
             "The front joins point values; a candidate is preferred only when it is faster beyond that noise, "
             "and passes when the gate would pass it (`gates.inconclusive` decides an interval across the limit)."]
     fig = pareto_figure(rows, rows[0]["limit"], own.title(), params.benchmark.hint)

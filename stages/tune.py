@@ -66,10 +66,12 @@ def main(params: Params) -> dict:
             log.info("tune: %d failed candidates again with autofix's float scope", len(retries))
             race.add(retries)  # into `candidates`, the list the race holds: they join the table
             race.run(scorer.score, scorer.twin)
-    first_round, result = measure_speed(params, scorer, candidates)
-    for c in candidates:  # a passing candidate not chosen says why, beside what the race said of its accuracy
-        if result and c.status == PASSED:
-            c.why = "; ".join(filter(None, [c.why, speed_why(c.name, result, first_round)]))
+    first_round, screen, result = measure_speed(params, scorer, candidates)
+    if result:
+        for c in candidates:  # a passing candidate not chosen says why, beside what the race said of its accuracy
+            if c.status == PASSED:
+                c.why = "; ".join(filter(None, [c.why, speed_why(c.name, result, screen)]))
+        result = with_screen(result, screen)
     seconds = time.perf_counter() - start
     rows = table(params, candidates, task, first_round, result)
     write_csv(cfg.csv, rows, columns(task))
@@ -285,16 +287,17 @@ def _renumbered(per_image: dict[int, list[dict]], indices: list[int]) -> list[di
 
 
 def measure_speed(params: Params, scorer: SubsetScorer,
-                  candidates: list[Candidate]) -> tuple[dict[str, float], Fastest | None]:
+                  candidates: list[Candidate]) -> tuple[dict[str, float], Fastest | None, Fastest | None]:
     """Interleaved benchmark_app rounds: FP32 and every scored candidate once (the first-round speed-ups the
-    Pareto plot shows, failed ones too), then the finalists (the current settings and the fastest passing ones of
-    that round) for the remaining `benchmark.repeats` rounds (3 at least), and more while the choice is contested;
-    the fastest beyond noise among them (`qgate.racing.fastest`), None when none passed."""
+    Pareto plot shows, failed ones too), every passing one for the remaining `benchmark.repeats` rounds (3 at
+    least: one round is too noisy to leave a candidate out on), then the finalists (`finalists`) for more rounds
+    while the choice is contested. Returns the first round, every passing candidate over those rounds (the
+    screen) and the finalists' choice, fastest beyond noise (`qgate.racing.fastest`); None when none passed."""
     cfg = params.benchmark
     scored = [c for c in candidates if c.status in (PASSED, FAILED, DROPPED)]
     passed = [c for c in scored if c.status == PASSED]
     if not scored:
-        return {}, None
+        return {}, None, None
     with tempfile.TemporaryDirectory() as tmp:
         irs = {"fp32": fp32_ir(params)}
         for candidate in scored:
@@ -305,13 +308,14 @@ def measure_speed(params: Params, scorer: SubsetScorer,
         sized_round(params, irs, sizes, speeds, Path(tmp))
         first_round = {c.name: speeds[c.name][0] / speeds["fp32"][0] for c in scored}
         if not passed:
-            return first_round, None
-        kept = finalists(passed, speeds, params.tune.finalists)
-        finals = {name: irs[name] for name in ("fp32", *kept)}
+            return first_round, None, None
+        passing = {name: irs[name] for name in ("fp32", *(c.name for c in passed))}
         for _ in range(max(cfg.repeats, 3) - 1):
-            sized_round(params, finals, sizes, speeds, Path(tmp))
+            sized_round(params, passing, sizes, speeds, Path(tmp))
+        screen = fastest([c.name for c in passed], speeds, speeds["fp32"], cfg.ci_level)
+        finals = {name: irs[name] for name in ("fp32", *finalists(passed, screen, params.tune.finalists))}
         result = more_rounds(params, finals, sizes, speeds, Path(tmp))
-    return first_round, result
+    return first_round, screen, result
 
 
 def more_rounds(params: Params, finals: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
@@ -336,23 +340,37 @@ def more_rounds(params: Params, finals: dict[str, Path], sizes: dict[str, int], 
     return result
 
 
-def speed_why(name: str, result: Fastest, first_round: dict[str, float]) -> str:
-    """Why a passing candidate was not chosen ('' for the chosen one): as a finalist (`Fastest.why`), or that its
-    first round ran below every finalist's but c0's (c0 is a finalist whenever it passes)."""
+def speed_why(name: str, result: Fastest, screen: Fastest) -> str:
+    """Why a passing candidate was not chosen ('' for the chosen one): as a finalist (`Fastest.why`), or, from
+    the screen, that another one is faster beyond noise, or that it ran below every finalist's speed-up but c0's
+    (c0 is a finalist whenever it passes)."""
     if name in result.speedups:
         return result.why(name)
-    others = [f"{n} {first_round[n]:.2f}x" for n in result.speedups if n != "c0"]
+    rounds = f"over {screen.rounds} rounds"
+    if screen.beaten_by[name]:
+        return f"not a finalist: {screen.beaten_by[name]} is faster beyond noise {rounds}"
+    others = [f"{n} {screen.speedups[n].point:.2f}x" for n in result.speedups if n != "c0"]
     if not others:
         return "not a finalist: tune.finalists keeps c0 only"
-    return f"not a finalist: its first round ({first_round[name]:.2f}x) ran below the finalists' ({', '.join(others)})"
+    return (f"not a finalist: {rounds} it ran {screen.speedups[name].point:.2f}x, below the finalists' "
+            f"({', '.join(others)})")
 
 
-def finalists(passed: list[Candidate], speeds: dict[str, list[float]], count: int) -> list[str]:
-    """The current settings (c0) when they passed, and the fastest others of the first round, in search order."""
+def finalists(passed: list[Candidate], screen: Fastest, count: int) -> list[str]:
+    """The current settings (c0) when they passed, and the fastest others in the screen (point speed-up) that no
+    passing candidate beats beyond noise, `count` in all, in search order."""
     current = [c.name for c in passed if c.name == "c0"]
-    others = sorted((c.name for c in passed if c.name != "c0"), key=lambda name: -speeds[name][0])
+    others = sorted((c.name for c in passed if c.name != "c0" and not screen.beaten_by[c.name]),
+                    key=lambda name: -screen.speedups[name].point)
     kept = set(current + others[: count - len(current)])
     return [c.name for c in passed if c.name in kept]
+
+
+def with_screen(result: Fastest, screen: Fastest) -> Fastest:
+    """The finalists' choice, with the screen's speed-ups and beaters for the passing candidates that were not
+    finalists (over the rounds they ran), so every passing candidate's row has a speed-up interval."""
+    return dataclasses.replace(result, speedups=screen.speedups | result.speedups,
+                               beaten_by=screen.beaten_by | result.beaten_by)
 
 
 def sized_round(params: Params, irs: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],

@@ -19,11 +19,11 @@ from qgate.artifacts import fp32_ir
 from qgate.errors import QgateError
 from qgate.intervals import Interval
 from qgate.params import Params, ignored_scope, load_params
-from qgate.racing import Budget, Fastest, Race
+from qgate.racing import Budget, Fastest, Race, fastest
 from qgate.task_metrics import TASK_METRICS
 from qgate.tune_report import headline
 from stages.autofix import scope_block
-from stages.tune import (SPACE_KEYS, accuracy_limits, autofix_scope, quantize_block, scoped_retries,
+from stages.tune import (SPACE_KEYS, accuracy_limits, autofix_scope, finalists, quantize_block, scoped_retries,
                          search_space, speed_why)
 from tests.conftest import ROOT, assert_fails_cleanly, comment_text, copy_project, stage, venv_env
 
@@ -71,7 +71,7 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
     assert rows["c3"]["why"] == "the same INT8 model as c2" and rows["c3"]["evaluations"] == "0"
     for name in ("c0", "c2", "c4"):
         assert rows[name]["status"] == "passed" and rows[name]["images"] == "6" and rows[name]["evaluations"] == "3"
-    for name in (name for name, row in rows.items() if row["speedup"]):  # the finalists: why each was not chosen
+    for name in (name for name, row in rows.items() if row["speedup"]):  # every passing one: why it was not chosen
         assert (rows[name]["why"] == "") == (rows[name]["chosen"] == "1"), rows[name]
         assert float(rows[name]["speedup_ci_low"]) <= float(rows[name]["speedup"]) <= float(
             rows[name]["speedup_ci_high"])
@@ -237,14 +237,29 @@ def test_the_headline_says_whether_the_current_settings_passed():
 
 def test_a_passing_candidate_not_chosen_says_why():
     speedup = Interval(2.3, 2.1, 2.5, 0.95)
-    first_round = {"c0": 2.0, "c2": 2.9, "c3": 2.5}
-    result = Fastest("c0", {"c0": speedup, "c2": speedup}, {"c0": "", "c2": ""}, 3)
-    assert speed_why("c0", result, first_round) == ""
-    assert speed_why("c2", result, first_round) == "within noise of c0, which comes first in the search"
-    assert speed_why("c3", result, first_round) == (
-        "not a finalist: its first round (2.50x) ran below the finalists' (c2 2.90x)")
+    screen = Fastest("c0", {name: Interval(point, point - 0.2, point + 0.2, 0.95) for name, point in
+                            {"c0": 2.0, "c2": 2.9, "c3": 2.5, "c4": 1.5}.items()},
+                     {"c0": "", "c2": "", "c3": "", "c4": "c2"}, 3)
+    result = Fastest("c0", {"c0": speedup, "c2": speedup}, {"c0": "", "c2": ""}, 5)
+    assert speed_why("c0", result, screen) == ""
+    assert speed_why("c2", result, screen) == "within noise of c0, which comes first in the search"
+    assert speed_why("c3", result, screen) == (
+        "not a finalist: over 3 rounds it ran 2.50x, below the finalists' (c2 2.90x)")
+    assert speed_why("c4", result, screen) == "not a finalist: c2 is faster beyond noise over 3 rounds"
     alone = Fastest("c0", {"c0": speedup}, {"c0": ""}, 3)
-    assert speed_why("c3", alone, first_round) == "not a finalist: tune.finalists keeps c0 only"
+    assert speed_why("c3", alone, screen) == "not a finalist: tune.finalists keeps c0 only"
+
+
+def test_finalists_are_picked_on_every_screening_round_not_the_first():
+    """c1 ran fastest in the first round only; c3 is beaten beyond noise; c0 stays a finalist while it passes."""
+    passed = [SimpleNamespace(name=name) for name in ("c0", "c1", "c2", "c3", "c4")]
+    rounds = {"fp32": [100, 100, 100], "c0": [200, 200, 201], "c1": [260, 200, 199], "c2": [230, 231, 229],
+              "c3": [150, 151, 149], "c4": [220, 219, 221]}
+    screen = fastest([c.name for c in passed], rounds, rounds["fp32"], 0.95)
+    assert screen.beaten_by["c3"] and not screen.beaten_by["c1"]
+    assert finalists(passed, screen, 3) == ["c0", "c2", "c4"]
+    assert finalists(passed, screen, 1) == ["c0"]
+    assert finalists(passed[1:], screen, 2) == ["c2", "c4"]
 
 
 def test_a_hand_edited_autofix_block_fails_naming_the_file(tmp_path, quantized_project, tiny_weights):
