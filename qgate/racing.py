@@ -132,15 +132,15 @@ class Race:
 
 @dataclass(frozen=True)
 class Fastest:
-    """The chosen finalist, every finalist's speed-up over FP32, and which finalists another one beat."""
+    """The chosen candidate, every benchmarked candidate's speed-up over FP32, and which ones another beat."""
 
     chosen: str
     speedups: dict[str, Interval]
-    beaten_by: dict[str, str]  # finalist -> a finalist faster beyond noise ('' when none is)
-    rounds: int  # interleaved benchmark rounds the finalists ran
+    beaten_by: dict[str, str]  # candidate -> a candidate faster beyond noise ('' when none is)
+    rounds: int  # interleaved benchmark rounds the chosen one ran
 
     def why(self, name: str) -> str:
-        """Why finalist `name` was not chosen ('' for the chosen one): another one is faster beyond noise, or it
+        """Why candidate `name` was not chosen ('' for the chosen one): another one is faster beyond noise, or it
         is within noise of the chosen one, which comes first in the search (c0, then tune.space's order)."""
         if name == self.chosen:
             return ""
@@ -149,19 +149,19 @@ class Fastest:
         return f"within noise of {self.chosen}, which comes first in the search"
 
 
-def pair_level(level: float, finalists: int) -> float:
-    """The level of each finalist-to-finalist ratio interval, so that all of them together hold at `level`
-    (Bonferroni over the pairs: three finalists make three claims, and one in twenty ties would look decided at
+def pair_level(level: float, candidates: int) -> float:
+    """The level of each candidate-to-candidate ratio interval, so that all of them together hold at `level`
+    (Bonferroni over the pairs: three candidates make three claims, and one in twenty ties would look decided at
     95% each)."""
-    pairs = max(1, finalists * (finalists - 1) // 2)
+    pairs = max(1, candidates * (candidates - 1) // 2)
     return 1 - (1 - level) / pairs
 
 
 def fastest(order: list[str], speeds: dict[str, list[float]], fp32: list[float], level: float) -> Fastest:
-    """The first finalist in search order that no other finalist beats beyond noise.
+    """The first candidate in search order that no other one beats beyond noise.
 
     `speeds` are per-round measurements (interleaved rounds: index i of every list ran in the same round),
-    higher is faster. A finalist beats another when their paired speed ratio's interval (at `pair_level`) lies
+    higher is faster. A candidate beats another when their paired speed ratio's interval (at `pair_level`) lies
     above 1: a point value inside the noise never decides, so the earlier config (c0 first) is kept on a tie.
     """
     beaten_by, per_pair = {}, pair_level(level, len(order))

@@ -43,7 +43,8 @@ IMGSZ_KEY = "imgsz"  # a candidate's deploy size, set only when it is not model.
 
 
 def main(params: Params) -> dict:
-    """Race every candidate config on growing val subsets, benchmark the finalists; write the table and block."""
+    """Race every candidate config on growing val subsets, benchmark the passing ones, then race the finalists;
+    write the table and block."""
     cfg = params.tune
     for output in (cfg.csv, cfg.block, cfg.metrics, cfg.pareto_csv, cfg.page_md, cfg.page_html):
         Path(output).unlink(missing_ok=True)
@@ -343,7 +344,7 @@ def more_rounds(params: Params, finals: dict[str, Path], sizes: dict[str, int], 
 def speed_why(name: str, result: Fastest, screen: Fastest) -> str:
     """Why a passing candidate was not chosen ('' for the chosen one): as a finalist (`Fastest.why`), or, from
     the screen, that another one is faster beyond noise, or that it ran below every finalist's speed-up but c0's
-    (c0 is a finalist whenever it passes)."""
+    over the same rounds (c0 is a finalist whenever it passes and is not beaten)."""
     if name in result.speedups:
         return result.why(name)
     rounds = f"over {screen.rounds} rounds"
@@ -353,17 +354,17 @@ def speed_why(name: str, result: Fastest, screen: Fastest) -> str:
     if not others:
         return "not a finalist: tune.finalists keeps c0 only"
     return (f"not a finalist: {rounds} it ran {screen.speedups[name].point:.2f}x, below the finalists' "
-            f"({', '.join(others)})")
+            f"({', '.join(others)} over the same rounds)")
 
 
 def finalists(passed: list[Candidate], screen: Fastest, count: int) -> list[str]:
-    """The current settings (c0) when they passed, and the fastest others in the screen (point speed-up) that no
-    passing candidate beats beyond noise, `count` in all, in search order."""
-    current = [c.name for c in passed if c.name == "c0"]
-    others = sorted((c.name for c in passed if c.name != "c0" and not screen.beaten_by[c.name]),
-                    key=lambda name: -screen.speedups[name].point)
+    """The passing candidates no other beats beyond noise in the screen, `count` in all, in search order: the
+    current settings (c0) first, then the highest point speed-ups."""
+    unbeaten = [c.name for c in passed if not screen.beaten_by[c.name]]
+    current = [name for name in unbeaten if name == "c0"]
+    others = sorted((name for name in unbeaten if name != "c0"), key=lambda name: -screen.speedups[name].point)
     kept = set(current + others[: count - len(current)])
-    return [c.name for c in passed if c.name in kept]
+    return [name for name in unbeaten if name in kept]
 
 
 def with_screen(result: Fastest, screen: Fastest) -> Fastest:
@@ -375,9 +376,13 @@ def with_screen(result: Fastest, screen: Fastest) -> Fastest:
 
 def sized_round(params: Params, irs: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
                 tmp: Path) -> None:
-    """One interleaved benchmark_app round of `irs`, each at its deploy size, appended to `speeds`."""
-    for name, ir in irs.items():  # each at its own size (benchmark_app's shape, when batch > 1)
-        benchmark_round({name: ir}, params.baseline.inference_precision, params.benchmark, tmp / "reports",
+    """One interleaved benchmark_app round of `irs`, each at its deploy size, appended to `speeds`. Each round
+    starts one place further down the list (FP32 first in the first), so no IR always runs at the same point of
+    a round that lasts a minute with many candidates."""
+    names = list(irs)
+    shift = len(speeds[names[0]]) % len(names)
+    for name in names[shift:] + names[:shift]:  # each at its own size (benchmark_app's shape, when batch > 1)
+        benchmark_round({name: irs[name]}, params.baseline.inference_precision, params.benchmark, tmp / "reports",
                         sizes[name], speeds, "tune")
 
 
