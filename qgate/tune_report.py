@@ -81,7 +81,8 @@ def headline(metrics: dict) -> str:
 def _choice(metrics: dict, block: str) -> Section:
     counted = ", ".join(f"{metrics[key]} {key.replace('_', ' ')}" for key in
                         ("passed", "failed", "dropped", "same_model", "unfinished") if metrics[key])
-    rounds = f", {metrics['benchmark_rounds']} benchmark rounds of the finalists" if metrics["chosen"] else ""
+    rounds = (f", {metrics['screen_rounds']} benchmark rounds of every passing candidate and "
+              f"{metrics['benchmark_rounds']} of the finalists") if metrics["chosen"] else ""
     text = [f"{metrics['candidates']} candidates ({counted}), {metrics['evaluations']} scorings on val subsets"
             f"{rounds}, {metrics['seconds']:.0f} s on {metrics['cpu_model']} ({metrics['cpu_isa']}). The block "
             "below is `reports/tune_quantize.yaml`: paste it under `quantize:` in params.yaml, then `make gate`."]

@@ -290,10 +290,10 @@ def _renumbered(per_image: dict[int, list[dict]], indices: list[int]) -> list[di
 def measure_speed(params: Params, scorer: SubsetScorer,
                   candidates: list[Candidate]) -> tuple[dict[str, float], Fastest | None, Fastest | None]:
     """Interleaved benchmark_app rounds: FP32 and every scored candidate once (the first-round speed-ups the
-    Pareto plot shows, failed ones too), every passing one for the remaining `benchmark.repeats` rounds (3 at
-    least: one round is too noisy to leave a candidate out on), then the finalists (`finalists`) for more rounds
-    while the choice is contested. Returns the first round, every passing candidate over those rounds (the
-    screen) and the finalists' choice, fastest beyond noise (`qgate.racing.fastest`); None when none passed."""
+    Pareto plot shows, failed ones too), every passing one for the rest of the screen (`screen_rounds`), then the
+    finalists (`finalists`) for more rounds while the choice is contested. Returns the first round, every passing
+    candidate over the screen's rounds and the finalists' choice, fastest beyond noise (`qgate.racing.fastest`);
+    None when none passed."""
     cfg = params.benchmark
     scored = [c for c in candidates if c.status in (PASSED, FAILED, DROPPED)]
     passed = [c for c in scored if c.status == PASSED]
@@ -311,12 +311,18 @@ def measure_speed(params: Params, scorer: SubsetScorer,
         if not passed:
             return first_round, None, None
         passing = {name: irs[name] for name in ("fp32", *(c.name for c in passed))}
-        for _ in range(max(cfg.repeats, 3) - 1):
+        for _ in range(screen_rounds(params) - 1):
             sized_round(params, passing, sizes, speeds, Path(tmp))
         screen = fastest([c.name for c in passed], speeds, speeds["fp32"], cfg.ci_level)
         finals = {name: irs[name] for name in ("fp32", *finalists(passed, screen, params.tune.finalists))}
         result = more_rounds(params, finals, sizes, speeds, Path(tmp))
     return first_round, screen, result
+
+
+def screen_rounds(params: Params) -> int:
+    """The rounds every passing candidate runs before finalists are picked: `benchmark.repeats`, 3 at least (one
+    round is too noisy to leave a candidate out on)."""
+    return max(params.benchmark.repeats, 3)
 
 
 def more_rounds(params: Params, finals: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
@@ -460,7 +466,8 @@ def summary(params: Params, task, candidates: list[Candidate], evaluations: int,
         metrics["chosen_imgsz"] = deploy_size(params, chosen.settings)
         for f in task.metrics.scored:
             metrics |= chosen.drops[f.key()].fields(f"chosen_{f.key('map50_95_drop')}", 5)
-        metrics |= result.speedups[chosen.name].fields("chosen_speedup", 3) | {"benchmark_rounds": result.rounds}
+        metrics |= result.speedups[chosen.name].fields("chosen_speedup", 3)
+        metrics |= {"screen_rounds": screen_rounds(params), "benchmark_rounds": result.rounds}
     outcome = [key for key in columns(task) if key == "status" or "drop" in key or "speedup" in key]
     return metrics | {"ci_level": params.int8_eval.ci_level, "hint": params.benchmark.hint,
                       "seconds": round(seconds, 1), **cpu_info(), "model_sha256": record["model_sha256"],

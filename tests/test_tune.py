@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -83,9 +84,12 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
             metrics["by_candidate"].items()} == {name: (row["status"], row["map50_95_drop"], row["speedup"])
                                                 for name, row in rows.items()}
     assert metrics["benchmark_rounds"] >= 3  # more only while a faster finalist is within noise of the chosen one
-    first_of_round = {}  # each round starts one place further down: FP32 does not always run first
+    first_of_round, rounds_run = {}, Counter()  # each round starts one place further down: FP32 not always first
     for round_number, name in re.findall(r"\[round (\d+)\] tune benchmark: (\S+)", result.stderr):
         first_of_round.setdefault(int(round_number), name)
+        rounds_run[name] += 1
+    assert min(rounds_run[name] for name in ("c0", "c2", "c4")) == metrics["screen_rounds"] >= 3
+    assert rounds_run[metrics["chosen"]] == metrics["benchmark_rounds"]
     assert first_of_round[1] == "fp32" and first_of_round[2] == "c0" and first_of_round[3] == "c2", first_of_round
     assert [row["chosen"] for row in rows.values()].count("1") == 1 and rows[metrics["chosen"]]["chosen"] == "1"
     block = yaml.safe_load((project / "reports/tune_quantize.yaml").read_text())
