@@ -67,7 +67,7 @@ def main(params: Params) -> dict:
             log.info("tune: %d failed candidates again with autofix's float scope", len(retries))
             race.add(retries)  # into `candidates`, the list the race holds: they join the table
             race.run(scorer.score, scorer.twin)
-    first_round, screen, result = measure_speed(params, scorer, candidates)
+    first_round, screen, result = measure_speed(params, scorer, candidates, start + cfg.max_seconds)
     if result:
         for c in candidates:  # a passing candidate not chosen says why, beside what the race said of its accuracy
             if c.status == PASSED:
@@ -79,7 +79,8 @@ def main(params: Params) -> dict:
     chosen = next((c for c in candidates if result and c.name == result.chosen), None)
     block = quantize_block(params, task, candidates, chosen, result)
     write_text(cfg.block, block)
-    metrics = summary(params, task, candidates, race.evaluations, chosen, result, seconds, record, rows)
+    screened = screen.rounds if screen else 0
+    metrics = summary(params, task, candidates, race.evaluations, chosen, result, screened, seconds, record, rows)
     write_page(params, task, candidates, pareto_rows(params, task, candidates, first_round, result), block, metrics)
     write_json(cfg.metrics, metrics)
     return metrics
@@ -287,13 +288,13 @@ def _renumbered(per_image: dict[int, list[dict]], indices: list[int]) -> list[di
     return [{**d, "image_id": position} for position, index in enumerate(indices) for d in per_image.get(index, [])]
 
 
-def measure_speed(params: Params, scorer: SubsetScorer,
-                  candidates: list[Candidate]) -> tuple[dict[str, float], Fastest | None, Fastest | None]:
+def measure_speed(params: Params, scorer: SubsetScorer, candidates: list[Candidate],
+                  deadline: float) -> tuple[dict[str, float], Fastest | None, Fastest | None]:
     """Interleaved benchmark_app rounds: FP32 and every scored candidate once (the first-round speed-ups the
-    Pareto plot shows, failed ones too), every passing one for the rest of the screen (`screen_rounds`), then the
-    finalists (`finalists`) for more rounds while the choice is contested. Returns the first round, every passing
-    candidate over the screen's rounds and the finalists' choice, fastest beyond noise (`qgate.racing.fastest`);
-    None when none passed."""
+    Pareto plot shows, failed ones too), every passing one for the rest of the screen (`run_screen`, until
+    `deadline`), then the finalists (`finalists`) for more rounds while the choice is contested. Returns the
+    first round, every passing candidate over the screen's rounds and the finalists' choice, fastest beyond
+    noise (`qgate.racing.fastest`); None when none passed."""
     cfg = params.benchmark
     scored = [c for c in candidates if c.status in (PASSED, FAILED, DROPPED)]
     passed = [c for c in scored if c.status == PASSED]
@@ -311,18 +312,27 @@ def measure_speed(params: Params, scorer: SubsetScorer,
         if not passed:
             return first_round, None, None
         passing = {name: irs[name] for name in ("fp32", *(c.name for c in passed))}
-        for _ in range(screen_rounds(params) - 1):
-            sized_round(params, passing, sizes, speeds, Path(tmp))
+        run_screen(params, passing, sizes, speeds, Path(tmp), deadline)
         screen = fastest([c.name for c in passed], speeds, speeds["fp32"], cfg.ci_level)
         finals = {name: irs[name] for name in ("fp32", *finalists(passed, screen, params.tune.finalists))}
         result = more_rounds(params, finals, sizes, speeds, Path(tmp))
     return first_round, screen, result
 
 
-def screen_rounds(params: Params) -> int:
-    """The rounds every passing candidate runs before finalists are picked: `benchmark.repeats`, 3 at least (one
-    round is too noisy to leave a candidate out on)."""
-    return max(params.benchmark.repeats, 3)
+def run_screen(params: Params, irs: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
+               tmp: Path, deadline: float) -> None:
+    """The rounds every passing candidate runs, with FP32, before finalists are picked: `benchmark.repeats` in
+    all, 3 at least (one round is too noisy to leave a candidate out on), each started only while the time left
+    before `deadline` (the end of `tune.max_seconds`) holds it, as long as the last round took."""
+    wanted, last = max(params.benchmark.repeats, 3), len(irs) * params.benchmark.seconds  # until a round is timed
+    while len(speeds["fp32"]) < wanted:
+        if time.perf_counter() + last > deadline:
+            log.info("tune benchmark: the screen stops after %d of %d rounds; tune.max_seconds %g s spent",
+                     len(speeds["fp32"]), wanted, params.tune.max_seconds)
+            return
+        began = time.perf_counter()
+        sized_round(params, irs, sizes, speeds, tmp)
+        last = time.perf_counter() - began
 
 
 def more_rounds(params: Params, finals: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
@@ -353,7 +363,7 @@ def speed_why(name: str, result: Fastest, screen: Fastest) -> str:
     over the same rounds (c0 is a finalist whenever it passes and is not beaten)."""
     if name in result.speedups:
         return result.why(name)
-    rounds = f"over {screen.rounds} rounds"
+    rounds = f"over {screen.rounds} rounds" if screen.rounds > 1 else "over one round (tune.max_seconds spent)"
     if screen.beaten_by[name]:
         return f"not a finalist: {screen.beaten_by[name]} is faster beyond noise {rounds}"
     others = [f"{n} {screen.speedups[n].point:.2f}x" for n in result.speedups if n != "c0"]
@@ -453,7 +463,7 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
 
 
 def summary(params: Params, task, candidates: list[Candidate], evaluations: int, chosen: Candidate | None,
-            result: Fastest | None, seconds: float, record: dict, rows: list[dict]) -> dict:
+            result: Fastest | None, screened: int, seconds: float, record: dict, rows: list[dict]) -> dict:
     """metrics/tune.json: how the search went and what it chose; last, each candidate's outcome (status, drop and
     speed-up intervals of its tune.csv row), so `dvc metrics show`, `dvc exp show` and `dvc metrics diff` list
     them."""
@@ -467,7 +477,7 @@ def summary(params: Params, task, candidates: list[Candidate], evaluations: int,
         for f in task.metrics.scored:
             metrics |= chosen.drops[f.key()].fields(f"chosen_{f.key('map50_95_drop')}", 5)
         metrics |= result.speedups[chosen.name].fields("chosen_speedup", 3)
-        metrics |= {"screen_rounds": screen_rounds(params), "benchmark_rounds": result.rounds}
+        metrics |= {"screen_rounds": screened, "benchmark_rounds": result.rounds}
     outcome = [key for key in columns(task) if key == "status" or "drop" in key or "speedup" in key]
     return metrics | {"ci_level": params.int8_eval.ci_level, "hint": params.benchmark.hint,
                       "seconds": round(seconds, 1), **cpu_info(), "model_sha256": record["model_sha256"],

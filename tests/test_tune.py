@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 import re
 import shutil
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,7 +27,7 @@ from qgate.task_metrics import TASK_METRICS
 from qgate.tune_report import headline
 from stages.autofix import scope_block
 from stages.tune import (SPACE_KEYS, accuracy_limits, autofix_scope, finalists, quantize_block, scoped_retries,
-                         search_space, speed_why)
+                         run_screen, search_space, speed_why)
 from tests.conftest import ROOT, assert_fails_cleanly, comment_text, copy_project, stage, venv_env
 
 SPACE = {"preset": ["mixed", "performance"], "model_type": ["none"], "fast_bias_correction": [True],
@@ -257,6 +259,21 @@ def test_a_passing_candidate_not_chosen_says_why():
     assert speed_why("c4", result, screen) == "not a finalist: c2 is faster beyond noise over 3 rounds"
     alone = Fastest("c0", {"c0": speedup}, {"c0": ""}, 3)
     assert speed_why("c3", alone, screen) == "not a finalist: tune.finalists keeps c0 only"
+    cut_short = dataclasses.replace(screen, rounds=1)
+    assert speed_why("c3", result, cut_short) == ("not a finalist: over one round (tune.max_seconds spent) it ran "
+                                                  "2.50x, below the finalists' (c2 2.90x over the same rounds)")
+
+
+def test_the_screen_starts_no_round_that_tune_max_seconds_cannot_hold(tmp_path, caplog):
+    """Three IRs of 5-s runs need 15 s and 10 s are left: no benchmark_app starts (these IRs do not exist), so
+    finalists are picked on the first round alone, and the log says the budget stopped the screen."""
+    params = SimpleNamespace(benchmark=SimpleNamespace(repeats=3, seconds=5), tune=SimpleNamespace(max_seconds=60))
+    irs = {name: tmp_path / name / "model.xml" for name in ("fp32", "c0", "c1")}
+    speeds = {"fp32": [100.0], "c0": [200.0], "c1": [210.0]}
+    with caplog.at_level(logging.INFO, logger="stages.tune"):
+        run_screen(params, irs, {name: 192 for name in irs}, speeds, tmp_path, time.perf_counter() + 10)
+    assert speeds == {"fp32": [100.0], "c0": [200.0], "c1": [210.0]}
+    assert "the screen stops after 1 of 3 rounds; tune.max_seconds 60 s spent" in caplog.text
 
 
 def test_finalists_are_picked_on_every_screening_round_not_the_first():
