@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import itertools
 import logging
+import math
 import re
 import shutil
 import tempfile
@@ -71,7 +72,7 @@ def main(params: Params) -> dict:
     if result:
         for c in candidates:  # a passing candidate not chosen says why, beside what the race said of its accuracy
             if c.status == PASSED:
-                c.why = "; ".join(filter(None, [c.why, speed_why(c.name, result, screen)]))
+                c.why = "; ".join(filter(None, [c.why, speed_why(c.name, result, screen, least_rounds(params))]))
         result = with_screen(result, screen)
     seconds = time.perf_counter() - start
     rows = table(params, candidates, task, first_round, result)
@@ -321,10 +322,10 @@ def measure_speed(params: Params, scorer: SubsetScorer, candidates: list[Candida
 
 def run_screen(params: Params, irs: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
                tmp: Path, deadline: float) -> None:
-    """The rounds every passing candidate runs, with FP32, before finalists are picked: `benchmark.repeats` in
-    all, 3 at least (one round is too noisy to leave a candidate out on), each started only while the time left
-    before `deadline` (the end of `tune.max_seconds`) holds it, as long as the last round took."""
-    wanted, last = max(params.benchmark.repeats, 3), len(irs) * params.benchmark.seconds  # until a round is timed
+    """The rounds every passing candidate runs, with FP32, before finalists are picked (`least_rounds`), each
+    started only while the time left before `deadline` (the end of `tune.max_seconds`) holds it, as long as the
+    last round took."""
+    wanted, last = least_rounds(params), len(irs) * params.benchmark.seconds  # until a round is timed
     while len(speeds["fp32"]) < wanted:
         if time.perf_counter() + last > deadline:
             log.info("tune benchmark: the screen stops after %d of %d rounds; tune.max_seconds %g s spent",
@@ -335,12 +336,21 @@ def run_screen(params: Params, irs: dict[str, Path], sizes: dict[str, int], spee
         last = time.perf_counter() - began
 
 
+def least_rounds(params: Params) -> int:
+    """The rounds a speed-up is judged on at least: `benchmark.repeats`, 3 at least (one round is too noisy to
+    leave a candidate out on, and gives no interval)."""
+    return max(params.benchmark.repeats, 3)
+
+
 def more_rounds(params: Params, finals: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
                 tmp: Path) -> Fastest:
-    """The finalists' choice, after more interleaved rounds while a finalist faster on the point value than the
+    """The finalists' choice, after the rounds a screen cut short left out (`least_rounds`: the chosen one's
+    speed-up has an interval whatever the budget), then more while a finalist faster on the point value than the
     chosen one is within a wide interval of it (`qgate.racing.contested`), until `benchmark.max_seconds` would
     be spent (as the benchmark stage adds pairs while its interval is undecided)."""
     cfg = params.benchmark
+    while len(speeds["fp32"]) < least_rounds(params):
+        sized_round(params, finals, sizes, speeds, tmp)
     kept = {name: speeds[name] for name in finals if name != "fp32"}  # the same lists: rounds append to them
     result = fastest(list(kept), kept, speeds["fp32"], cfg.ci_level)
     start, last = time.perf_counter(), len(finals) * cfg.seconds  # a round's seconds, until one is timed
@@ -357,13 +367,16 @@ def more_rounds(params: Params, finals: dict[str, Path], sizes: dict[str, int], 
     return result
 
 
-def speed_why(name: str, result: Fastest, screen: Fastest) -> str:
+def speed_why(name: str, result: Fastest, screen: Fastest, wanted: int) -> str:
     """Why a passing candidate was not chosen ('' for the chosen one): as a finalist (`Fastest.why`), or, from
     the screen, that another one is faster beyond noise, or that it ran below every finalist's speed-up but c0's
-    over the same rounds (c0 is a finalist whenever it passes and is not beaten)."""
+    over the same rounds (c0 is a finalist whenever it passes and is not beaten), and that `tune.max_seconds`
+    ended the screen when it ran fewer than `wanted` rounds."""
     if name in result.speedups:
         return result.why(name)
-    rounds = f"over {screen.rounds} rounds" if screen.rounds > 1 else "over one round (tune.max_seconds spent)"
+    rounds = f"over {screen.rounds} rounds" if screen.rounds > 1 else "over one round"
+    if screen.rounds < wanted:  # `run_screen` stopped short of the `wanted` rounds
+        rounds += " (tune.max_seconds spent)"
     if screen.beaten_by[name]:
         return f"not a finalist: {screen.beaten_by[name]} is faster beyond noise {rounds}"
     others = [f"{n} {screen.speedups[n].point:.2f}x" for n in result.speedups if n != "c0"]
@@ -385,8 +398,10 @@ def finalists(passed: list[Candidate], screen: Fastest, count: int) -> list[str]
 
 def with_screen(result: Fastest, screen: Fastest) -> Fastest:
     """The finalists' choice, with the screen's speed-ups and beaters for the passing candidates that were not
-    finalists (over the rounds they ran), so every passing candidate's row has a speed-up interval."""
-    return dataclasses.replace(result, speedups=screen.speedups | result.speedups,
+    finalists (over the rounds they ran), so every passing candidate's row has a speed-up interval (none when a
+    screen cut to one round gave it none: its row keeps the first round's)."""
+    measured = {name: speedup for name, speedup in screen.speedups.items() if math.isfinite(speedup.low)}
+    return dataclasses.replace(result, speedups=measured | result.speedups,
                                beaten_by=screen.beaten_by | result.beaten_by)
 
 

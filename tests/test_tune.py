@@ -27,7 +27,7 @@ from qgate.task_metrics import TASK_METRICS
 from qgate.tune_report import headline
 from stages.autofix import scope_block
 from stages.tune import (SPACE_KEYS, accuracy_limits, autofix_scope, finalists, quantize_block, scoped_retries,
-                         run_screen, search_space, speed_why)
+                         run_screen, search_space, speed_why, with_screen)
 from tests.conftest import ROOT, assert_fails_cleanly, comment_text, copy_project, stage, venv_env
 
 SPACE = {"preset": ["mixed", "performance"], "model_type": ["none"], "fast_bias_correction": [True],
@@ -252,16 +252,25 @@ def test_a_passing_candidate_not_chosen_says_why():
                             {"c0": 2.0, "c2": 2.9, "c3": 2.5, "c4": 1.5}.items()},
                      {"c0": "", "c2": "", "c3": "", "c4": "c2"}, 3)
     result = Fastest("c0", {"c0": speedup, "c2": speedup}, {"c0": "", "c2": ""}, 5)
-    assert speed_why("c0", result, screen) == ""
-    assert speed_why("c2", result, screen) == "within noise of c0, which comes first in the search"
-    assert speed_why("c3", result, screen) == (
+    assert speed_why("c0", result, screen, 3) == ""
+    assert speed_why("c2", result, screen, 3) == "within noise of c0, which comes first in the search"
+    assert speed_why("c3", result, screen, 3) == (
         "not a finalist: over 3 rounds it ran 2.50x, below the finalists' (c2 2.90x over the same rounds)")
-    assert speed_why("c4", result, screen) == "not a finalist: c2 is faster beyond noise over 3 rounds"
+    assert speed_why("c4", result, screen, 3) == "not a finalist: c2 is faster beyond noise over 3 rounds"
     alone = Fastest("c0", {"c0": speedup}, {"c0": ""}, 3)
-    assert speed_why("c3", alone, screen) == "not a finalist: tune.finalists keeps c0 only"
+    assert speed_why("c3", alone, screen, 3) == "not a finalist: tune.finalists keeps c0 only"
+    assert speed_why("c3", result, screen, 4).startswith("not a finalist: over 3 rounds (tune.max_seconds spent) it")
     cut_short = dataclasses.replace(screen, rounds=1)
-    assert speed_why("c3", result, cut_short) == ("not a finalist: over one round (tune.max_seconds spent) it ran "
-                                                  "2.50x, below the finalists' (c2 2.90x over the same rounds)")
+    assert speed_why("c3", result, cut_short, 3) == ("not a finalist: over one round (tune.max_seconds spent) it "
+                                                     "ran 2.50x, below the finalists' (c2 2.90x over the same rounds)")
+
+
+def test_a_screen_of_one_round_gives_a_left_out_candidate_no_interval():
+    finalist = Interval(2.3, 2.1, 2.5, 0.95)
+    screen = Fastest("c0", {"c0": Interval(2.2, float("-inf"), float("inf"), 0.95),
+                            "c1": Interval(2.1, float("-inf"), float("inf"), 0.95)}, {"c0": "", "c1": ""}, 1)
+    result = with_screen(Fastest("c0", {"c0": finalist}, {"c0": ""}, 3), screen)
+    assert result.speedups == {"c0": finalist} and result.beaten_by == {"c0": "", "c1": ""}
 
 
 def test_the_screen_starts_no_round_that_tune_max_seconds_cannot_hold(tmp_path, caplog):
