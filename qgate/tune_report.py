@@ -19,7 +19,7 @@ PARETO_COLUMNS = ["candidate", "status", "speedup", "speedup_ci_low", "speedup_c
 def pareto_rows(params: Params, task, candidates: list[Candidate], first_round: dict[str, float],
                 result: Fastest | None) -> list[dict]:
     """tune_pareto.csv: every benchmarked candidate's speed-up (failed and dropped ones: first round; passing
-    ones: over the rounds they ran, with its interval) and its drop in the task's own metric, the gate's limit,
+    ones: over the rounds they ran, with its interval unless a screen cut to one round left it out) and its drop in the task's own metric, the gate's limit,
     and whether it is on the Pareto front."""
     own = task.metrics.primary
     limit = getattr(params.gates, f"max_{own.key('map50_95_drop')}")
@@ -81,8 +81,8 @@ def headline(metrics: dict) -> str:
 def _choice(metrics: dict, block: str) -> Section:
     counted = ", ".join(f"{metrics[key]} {key.replace('_', ' ')}" for key in
                         ("passed", "failed", "dropped", "same_model", "unfinished") if metrics[key])
-    rounds = (f", {metrics['screen_rounds']} benchmark rounds of every passing candidate and "
-              f"{metrics['benchmark_rounds']} of the finalists") if metrics["chosen"] else ""
+    rounds = (f", benchmark rounds: {metrics['screen_rounds']} of every passing candidate, "
+              f"{metrics['benchmark_rounds']} in all of the finalists") if metrics["chosen"] else ""
     text = [f"{metrics['candidates']} candidates ({counted}), {metrics['evaluations']} scorings on val subsets"
             f"{rounds}, {metrics['seconds']:.0f} s on {metrics['cpu_model']} ({metrics['cpu_isa']}). The block "
             "below is `reports/tune_quantize.yaml`: paste it under `quantize:` in params.yaml, then `make gate`."]

@@ -293,7 +293,8 @@ def measure_speed(params: Params, scorer: SubsetScorer, candidates: list[Candida
                   deadline: float) -> tuple[dict[str, float], Fastest | None, Fastest | None]:
     """Interleaved benchmark_app rounds: FP32 and every scored candidate once (the first-round speed-ups the
     Pareto plot shows, failed ones too), every passing one for the rest of the screen (`run_screen`, until
-    `deadline`), then the finalists (`finalists`) for more rounds while the choice is contested. Returns the
+    `deadline`), then the finalists (`finalists`) up to `least_rounds` whatever the deadline, and more while the
+    choice is contested (`more_rounds`). Returns the
     first round, every passing candidate over the screen's rounds and the finalists' choice, fastest beyond
     noise (`qgate.racing.fastest`); None when none passed."""
     cfg = params.benchmark
@@ -308,12 +309,14 @@ def measure_speed(params: Params, scorer: SubsetScorer, candidates: list[Candida
             ov.save_model(scorer.models[candidate.name], irs[candidate.name], compress_to_fp16=False)
         speeds: dict[str, list[float]] = {name: [] for name in irs}
         sizes = {"fp32": params.model.imgsz} | {c.name: deploy_size(params, c.settings) for c in scored}
+        began = time.perf_counter()
         sized_round(params, irs, sizes, speeds, Path(tmp))
+        per_ir = (time.perf_counter() - began) / len(irs)  # benchmark_app's start-up and compile included
         first_round = {c.name: speeds[c.name][0] / speeds["fp32"][0] for c in scored}
         if not passed:
             return first_round, None, None
         passing = {name: irs[name] for name in ("fp32", *(c.name for c in passed))}
-        run_screen(params, passing, sizes, speeds, Path(tmp), deadline)
+        run_screen(params, passing, sizes, speeds, Path(tmp), deadline, per_ir * len(passing))
         screen = fastest([c.name for c in passed], speeds, speeds["fp32"], cfg.ci_level)
         finals = {name: irs[name] for name in ("fp32", *finalists(passed, screen, params.tune.finalists))}
         result = more_rounds(params, finals, sizes, speeds, Path(tmp))
@@ -321,15 +324,15 @@ def measure_speed(params: Params, scorer: SubsetScorer, candidates: list[Candida
 
 
 def run_screen(params: Params, irs: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
-               tmp: Path, deadline: float) -> None:
+               tmp: Path, deadline: float, last: float) -> None:
     """The rounds every passing candidate runs, with FP32, before finalists are picked (`least_rounds`), each
-    started only while the time left before `deadline` (the end of `tune.max_seconds`) holds it, as long as the
-    last round took."""
-    wanted, last = least_rounds(params), len(irs) * params.benchmark.seconds  # until a round is timed
+    started only while the time left before `deadline` (the end of `tune.max_seconds`) holds it: as long as the
+    last round took (`last` s, an estimate, before one is timed)."""
+    wanted = least_rounds(params)
     while len(speeds["fp32"]) < wanted:
         if time.perf_counter() + last > deadline:
-            log.info("tune benchmark: the screen stops after %d of %d rounds; tune.max_seconds %g s spent",
-                     len(speeds["fp32"]), wanted, params.tune.max_seconds)
+            log.info("tune benchmark: the screen stops after %d of %d rounds: tune.max_seconds (%g s) leaves too "
+                     "little for another", len(speeds["fp32"]), wanted, params.tune.max_seconds)
             return
         began = time.perf_counter()
         sized_round(params, irs, sizes, speeds, tmp)
@@ -376,7 +379,7 @@ def speed_why(name: str, result: Fastest, screen: Fastest, wanted: int) -> str:
         return result.why(name)
     rounds = f"over {screen.rounds} rounds" if screen.rounds > 1 else "over one round"
     if screen.rounds < wanted:  # `run_screen` stopped short of the `wanted` rounds
-        rounds += " (tune.max_seconds spent)"
+        rounds += " (cut short by tune.max_seconds)"
     if screen.beaten_by[name]:
         return f"not a finalist: {screen.beaten_by[name]} is faster beyond noise {rounds}"
     others = [f"{n} {screen.speedups[n].point:.2f}x" for n in result.speedups if n != "c0"]
@@ -399,7 +402,8 @@ def finalists(passed: list[Candidate], screen: Fastest, count: int) -> list[str]
 def with_screen(result: Fastest, screen: Fastest) -> Fastest:
     """The finalists' choice, with the screen's speed-ups and beaters for the passing candidates that were not
     finalists (over the rounds they ran), so every passing candidate's row has a speed-up interval (none when a
-    screen cut to one round gave it none: its row keeps the first round's)."""
+    screen cut to one round gave it none: its row keeps the first round's). Its `why` is the finalists' only:
+    a candidate that was not one is explained by `speed_why`."""
     measured = {name: speedup for name, speedup in screen.speedups.items() if math.isfinite(speedup.low)}
     return dataclasses.replace(result, speedups=measured | result.speedups,
                                beaten_by=screen.beaten_by | result.beaten_by)

@@ -18,7 +18,7 @@ import openvino as ov
 import pytest
 import yaml
 
-from qgate.artifacts import fp32_ir
+from qgate.artifacts import fp32_ir, int8_ir
 from qgate.errors import QgateError
 from qgate.intervals import Interval
 from qgate.params import Params, ignored_scope, load_params
@@ -26,8 +26,8 @@ from qgate.racing import Budget, Fastest, Race, fastest
 from qgate.task_metrics import TASK_METRICS
 from qgate.tune_report import headline
 from stages.autofix import scope_block
-from stages.tune import (SPACE_KEYS, accuracy_limits, autofix_scope, finalists, quantize_block, scoped_retries,
-                         run_screen, search_space, speed_why, with_screen)
+from stages.tune import (SPACE_KEYS, accuracy_limits, autofix_scope, finalists, more_rounds, quantize_block,
+                         run_screen, scoped_retries, search_space, sized_round, speed_why, with_screen)
 from tests.conftest import ROOT, assert_fails_cleanly, comment_text, copy_project, stage, venv_env
 
 SPACE = {"preset": ["mixed", "performance"], "model_type": ["none"], "fast_bias_correction": [True],
@@ -90,7 +90,8 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
     for round_number, name in re.findall(r"\[round (\d+)\] tune benchmark: (\S+)", result.stderr):
         first_of_round.setdefault(int(round_number), name)
         rounds_run[name] += 1
-    assert min(rounds_run[name] for name in ("c0", "c2", "c4")) == metrics["screen_rounds"] >= 3
+    assert metrics["screen_rounds"] == 3  # every passing one ran them (finalists more while contested)
+    assert all(3 <= rounds_run[name] <= metrics["benchmark_rounds"] for name in ("c0", "c2", "c4")), rounds_run
     assert rounds_run[metrics["chosen"]] == metrics["benchmark_rounds"]
     assert first_of_round[1] == "fp32" and first_of_round[2] == "c0" and first_of_round[3] == "c2", first_of_round
     assert [row["chosen"] for row in rows.values()].count("1") == 1 and rows[metrics["chosen"]]["chosen"] == "1"
@@ -259,10 +260,27 @@ def test_a_passing_candidate_not_chosen_says_why():
     assert speed_why("c4", result, screen, 3) == "not a finalist: c2 is faster beyond noise over 3 rounds"
     alone = Fastest("c0", {"c0": speedup}, {"c0": ""}, 3)
     assert speed_why("c3", alone, screen, 3) == "not a finalist: tune.finalists keeps c0 only"
-    assert speed_why("c3", result, screen, 4).startswith("not a finalist: over 3 rounds (tune.max_seconds spent) it")
+    assert speed_why("c3", result, screen, 4).startswith("not a finalist: over 3 rounds (cut short by tune.max")
     cut_short = dataclasses.replace(screen, rounds=1)
-    assert speed_why("c3", result, cut_short, 3) == ("not a finalist: over one round (tune.max_seconds spent) it "
-                                                     "ran 2.50x, below the finalists' (c2 2.90x over the same rounds)")
+    assert speed_why("c3", result, cut_short, 3) == (
+        "not a finalist: over one round (cut short by tune.max_seconds) it ran 2.50x, below the finalists' "
+        "(c2 2.90x over the same rounds)")
+
+
+def test_the_finalists_run_benchmark_repeats_rounds_after_a_screen_tune_max_seconds_cut(tmp_path, quantized_project):
+    """No time was left after the first round: the finalist still runs three (benchmark_app on the tiny model,
+    1-s runs), so the chosen one's speed-up has an interval; benchmark.max_seconds 0 adds no contested round."""
+    params = load_params(quantized_project / "params.yaml")
+    params = dataclasses.replace(params, benchmark=dataclasses.replace(params.benchmark, seconds=1, repeats=3,
+                                                                       max_seconds=0))
+    irs = {"fp32": quantized_project / fp32_ir(params), "c0": quantized_project / int8_ir(params)}
+    sizes, speeds = {name: params.model.imgsz for name in irs}, {name: [] for name in irs}
+    sized_round(params, irs, sizes, speeds, tmp_path)
+    run_screen(params, irs, sizes, speeds, tmp_path, time.perf_counter(), 1.0)
+    assert [len(runs) for runs in speeds.values()] == [1, 1]
+    result = more_rounds(params, irs, sizes, speeds, tmp_path)
+    assert result.rounds == 3 and [len(runs) for runs in speeds.values()] == [3, 3]
+    assert 0 < result.speedups["c0"].low <= result.speedups["c0"].high < float("inf")
 
 
 def test_a_screen_of_one_round_gives_a_left_out_candidate_no_interval():
@@ -274,15 +292,15 @@ def test_a_screen_of_one_round_gives_a_left_out_candidate_no_interval():
 
 
 def test_the_screen_starts_no_round_that_tune_max_seconds_cannot_hold(tmp_path, caplog):
-    """Three IRs of 5-s runs need 15 s and 10 s are left: no benchmark_app starts (these IRs do not exist), so
+    """A round of three IRs took 15 s and 10 s are left: no benchmark_app starts (these IRs do not exist), so
     finalists are picked on the first round alone, and the log says the budget stopped the screen."""
     params = SimpleNamespace(benchmark=SimpleNamespace(repeats=3, seconds=5), tune=SimpleNamespace(max_seconds=60))
     irs = {name: tmp_path / name / "model.xml" for name in ("fp32", "c0", "c1")}
     speeds = {"fp32": [100.0], "c0": [200.0], "c1": [210.0]}
     with caplog.at_level(logging.INFO, logger="stages.tune"):
-        run_screen(params, irs, {name: 192 for name in irs}, speeds, tmp_path, time.perf_counter() + 10)
+        run_screen(params, irs, {name: 192 for name in irs}, speeds, tmp_path, time.perf_counter() + 10, 15)
     assert speeds == {"fp32": [100.0], "c0": [200.0], "c1": [210.0]}
-    assert "the screen stops after 1 of 3 rounds; tune.max_seconds 60 s spent" in caplog.text
+    assert "the screen stops after 1 of 3 rounds: tune.max_seconds (60 s) leaves too little" in caplog.text
 
 
 def test_finalists_are_picked_on_every_screening_round_not_the_first():
