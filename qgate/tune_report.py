@@ -19,8 +19,8 @@ PARETO_COLUMNS = ["candidate", "status", "speedup", "speedup_ci_low", "speedup_c
 def pareto_rows(params: Params, task, candidates: list[Candidate], first_round: dict[str, float],
                 result: Fastest | None) -> list[dict]:
     """tune_pareto.csv: every benchmarked candidate's speed-up (failed and dropped ones: first round; passing
-    ones: over the rounds they ran, with its interval unless a screen cut to one round left it out) and its drop in the task's own metric, the gate's limit,
-    and whether it is on the Pareto front."""
+    ones: over the rounds they ran, with its interval unless a screen cut to one round left it out) and its drop
+    in the task's own metric, the gate's limit, and whether it is on the Pareto front."""
     own = task.metrics.primary
     limit = getattr(params.gates, f"max_{own.key('map50_95_drop')}")
     rows = []

@@ -294,9 +294,8 @@ def measure_speed(params: Params, scorer: SubsetScorer, candidates: list[Candida
     """Interleaved benchmark_app rounds: FP32 and every scored candidate once (the first-round speed-ups the
     Pareto plot shows, failed ones too), every passing one for the rest of the screen (`run_screen`, until
     `deadline`), then the finalists (`finalists`) up to `least_rounds` whatever the deadline, and more while the
-    choice is contested (`more_rounds`). Returns the
-    first round, every passing candidate over the screen's rounds and the finalists' choice, fastest beyond
-    noise (`qgate.racing.fastest`); None when none passed."""
+    choice is contested (`more_rounds`). Returns the first round, every passing candidate over the screen's
+    rounds and the finalists' choice, fastest beyond noise (`qgate.racing.fastest`); None when none passed."""
     cfg = params.benchmark
     scored = [c for c in candidates if c.status in (PASSED, FAILED, DROPPED)]
     passed = [c for c in scored if c.status == PASSED]
