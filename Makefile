@@ -42,8 +42,12 @@ $(STAMP): requirements.txt $(TORCH_INDEX)
 	$(BIN)/opt_in_out --opt_out >/dev/null
 	touch $(STAMP)
 
-test: setup  ## every test (what CI runs): unit, tiny models, Ray, the pipeline, the workflow, the reference
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# Parallel lanes of `make test` (pytest-xdist; 0: one process). Tests sharing a file or the demo's pipeline share a
+# lane (tests/conftest.py); two lanes fit the 2-vCPU machines CI runs on (docs/testing.md)
+TEST_WORKERS ?= 2
+
+test: setup  ## every test, as CI runs it, in TEST_WORKERS parallel lanes (docs/testing.md)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: setup  ## the inner loop (minutes): no model built, no training, no pipeline run, no Ray (docs/testing.md)
 	$(BIN)/python -m pytest -m "not slow and not cluster and not model" $(PYTEST_ARGS)

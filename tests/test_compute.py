@@ -92,8 +92,9 @@ def test_tune_races_the_same_candidates_on_ray(tmp_path, quantized_project, tiny
     same on the cluster, subset by subset, and stops for the same reason."""
     import csv
 
+    # two models scored (one quantizing to a model scored already is tune's own test: test_tune.py)
     tune = {"tune__space": {"preset": ["mixed", "performance"], "model_type": ["none"],
-                            "fast_bias_correction": [True], "range_estimator": ["default", "mean_minmax"],
+                            "fast_bias_correction": [True], "range_estimator": ["default"],
                             "subset_size": [300], "keep_decode_float": [True]}, "tune__first_images": 2}
     local = copy_project(quantized_project, tmp_path / "local", tiny_weights, **tune)
     remote = copy_project(quantized_project, tmp_path / "ray", tiny_weights, **tune, **ray_compute(ray_cluster))
@@ -102,8 +103,7 @@ def test_tune_races_the_same_candidates_on_ray(tmp_path, quantized_project, tiny
         _run(project, "tune")
         with open(project / "reports/tune.csv") as handle:
             tables.append([raced(row) for row in csv.DictReader(handle)])
-    assert tables[0] == tables[1] and len(tables[0]) == 4
-    assert [row["status"] for row in tables[0]] == ["passed", "same model", "passed", "same model"]
+    assert tables[0] == tables[1] and [row["status"] for row in tables[0]] == ["passed", "passed"]
 
 
 def test_an_autofix_candidate_evaluates_the_same_on_ray(quantized_project, ray_cluster):
@@ -270,12 +270,13 @@ def test_a_ray_client_server_that_keeps_dying_fails_in_one_line(quantized_projec
                                                                 monkeypatch):
     import qgate.cluster  # after this module has set Ray's environment
 
-    monkeypatch.setattr(qgate.cluster, "JOIN_ATTEMPTS", 2)  # the limit, not how high it is (each costs ~35 s)
-    with dying_client_servers(2) as (_, address), pytest.raises(QgateError) as failure, \
+    # the limit, not how high it is: each death costs ~35 s; a join again after a death is the test above
+    monkeypatch.setattr(qgate.cluster, "JOIN_ATTEMPTS", 1)
+    with dying_client_servers(1) as (_, address), pytest.raises(QgateError) as failure, \
             open_executor(ComputeParams("ray", address, None, 1, 2, 60)):
         pass
     message = str(failure.value)
-    assert "compute.address" in message and "died starting 2 times" in message and "restart the head" in message
+    assert "compute.address" in message and "died starting 1 times" in message and "restart the head" in message
     assert "\n" not in message
 
 

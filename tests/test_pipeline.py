@@ -92,7 +92,7 @@ def _stale_after_resolving(checkout: Path, pipeline: str = "dvc.yaml") -> list[s
 
 
 def test_changing_a_benchmark_param_stales_only_benchmark(demo_checkout):
-    with _edited_params(demo_checkout, benchmark={"seconds": 11}):
+    with _edited_params(demo_checkout, benchmark={"max_seconds": 9}):
         stale = _stale_after_resolving(demo_checkout)
         tune = _stale_after_resolving(demo_checkout, "tune/dvc.yaml")
     assert stale == ["benchmark"]
@@ -100,8 +100,10 @@ def test_changing_a_benchmark_param_stales_only_benchmark(demo_checkout):
 
 
 def test_changing_a_default_in_code_stales_only_the_stage_that_reads_it(demo_checkout):
-    with _edited(demo_checkout, "qgate/defaults.yaml", lambda text: text.replace("  seconds: 5 ", "  seconds: 6 ")):
-        assert "  seconds: 6 " in (demo_checkout / "qgate/defaults.yaml").read_text()
+    # benchmark.max_spread: a default params.yaml does not set (demo_checkout sets the run lengths)
+    with _edited(demo_checkout, "qgate/defaults.yaml", lambda text: text.replace("  max_spread: 0.15 ",
+                                                                                "  max_spread: 0.2 ")):
+        assert "  max_spread: 0.2 " in (demo_checkout / "qgate/defaults.yaml").read_text()
         stale = _stale_after_resolving(demo_checkout)
     assert stale == ["benchmark"]
 

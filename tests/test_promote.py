@@ -18,7 +18,7 @@ import yaml
 
 from qgate.io import sha256_file
 from qgate.registry import Version, fields, next_version
-from tests.conftest import QUICK_BENCHMARK, ROOT, dvc as _dvc, git, venv_env, working_tree_copy
+from tests.conftest import ROOT, dvc as _dvc, git, venv_env, working_tree_copy
 
 NAME = yaml.safe_load((ROOT / "params.yaml").read_text())["promote"]["name"]
 
@@ -91,6 +91,10 @@ def _message(repo: Path, tag: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_promote_registers_stages_refuses_and_bumps(repo, tmp_path):
+    """Registration end to end on real pipeline outputs (~75 s): a version and its stage, nothing new on a re-run,
+    nothing for a failed gate, the next patch for a new INT8 IR (quantize .. autofix re-run: the only way to make
+    one), and `dvc artifacts get` of it from the bare origin and DVC remote. The workflow test runs the promote job
+    once; the refusals that need no pipeline are the fast tests above."""
     first = _make_promote(repo)
     assert first.returncode == 0, first.stdout + first.stderr
     assert tags(repo) == [f"{NAME}#staging#1", f"{NAME}@v0.0.1"]
@@ -119,8 +123,7 @@ def test_promote_registers_stages_refuses_and_bumps(repo, tmp_path):
     (repo / "params.yaml").write_text(params)
 
     # a new INT8 IR of the same FP32 model: other calibration images -> the next patch version
-    (repo / "params.yaml").write_text(params + "\n" + yaml.safe_dump({"quantize": {"subset_size": 48},
-                                                                     "benchmark": QUICK_BENCHMARK}))
+    (repo / "params.yaml").write_text(params + "\n" + yaml.safe_dump({"quantize": {"subset_size": 48}}))
     _dvc(repo, "repro", "export", "baseline", "quantize", "int8_eval", "benchmark", "divergence", "sensitivity",
          "autofix")
     git(repo, "add", "-A")

@@ -15,8 +15,7 @@ import yaml
 
 from qgate.dataset import coco_ground_truth, load_dataset, split_images, ultralytics_yaml
 from qgate.cocoeval import coco_map
-from tests.conftest import (BACKBONE_FAULT, QUICK_BENCHMARK, ROOT, divergence_and_ranking, failed_in_table,
-                            gate_own_model, judge, plant_range_fault)
+from tests.conftest import QUICK_BENCHMARK, ROOT, gate_own_model, table_results, verdict_is_consistent
 
 REFERENCE_FP32_MAP50_95 = 0.4697  # qgate's evaluator, static 640 (the issue's reference number)
 
@@ -37,6 +36,7 @@ OWN_MODEL = {  # the README's "Judge your own detector" recipe, pointed at the r
     # COCO128 has no calibration split: calibrate on train, which is also val, and say so
     "quantize": {"calibration_split": "train", "allow_val_calibration": True},
     "benchmark": QUICK_BENCHMARK,
+    "sensitivity": {"images": 4},  # CI time: 16 cost ~30 s at 640; no test here reads the ranking
 }
 
 
@@ -80,6 +80,9 @@ def _ultralytics_predictions_scored_by_pycocotools(predictions: list[dict]) -> f
 
 
 def test_reference_counts(ours):
+    """First of the module, so it pays for `gated`: `make gate` on the official yolov8n with COCO128 at 640 (~100 s
+    on the no-avx_vnni EPYC), the one real detector judged end to end, and every image of the issue's reference
+    number (0.4697)."""
     metrics, _ = ours
     assert metrics["images"] == 128
     assert metrics["instances"] == 929  # README of the reference case: 929 non-crowd boxes
@@ -98,10 +101,7 @@ def test_reference_map_matches_ultralytics(ours, ultralytics_val):
 
 def test_make_gate_judges_your_own_model_without_demo_work(gated, ours):
     checkout, done = gated
-    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]  # a verdict, not a crash
-    headline = done.stdout.split("\n\n")[-1].splitlines()[0]  # the line before 'report: ...'
-    assert headline.startswith(("PASS", "FAIL:"))
-    assert headline.startswith("FAIL") == bool(failed_in_table(done.stdout)), done.stdout[-3000:]
+    assert verdict_is_consistent(done), done.stdout[-3000:] + done.stderr[-3000:]
     assert "demo_data" not in done.stdout and "demo_train" not in done.stdout
     baseline, _ = ours
     assert baseline["map50_95"] == pytest.approx(REFERENCE_FP32_MAP50_95, abs=0.005)
@@ -145,30 +145,14 @@ def test_only_an_op_that_quantizes_is_named_first_divergent(gated):
         assert rows[row["error_from"]]["introduces_error"] == "1", row
 
 
-def test_a_backbone_fault_is_the_layer_named_and_the_ranking_agrees(gated, tmp_path):
-    """As quantized, the official yolov8n has no divergent layer. With the range feeding a mid-backbone conv shrunk
-    20x (measured: that layer at 2.6 dB after losing 16.6 dB, detection error 0.78), it is the one divergent layer,
-    the sensitivity ranking puts its quantizers first, and the failed drift gate's hint names it."""
-    checkout, _ = gated
-    assert json.loads((checkout / "metrics/divergence.json").read_text())["divergent_layers"] == 0
-    planted = tmp_path / "planted"
-    shutil.copytree(checkout, planted, symlinks=True, ignore=shutil.ignore_patterns(".git", ".dvc"))
-    plant_range_fault(planted, BACKBONE_FAULT)
-    _, divergent, ranking = divergence_and_ranking(planted)
-    assert divergent == [BACKBONE_FAULT], divergent
-    assert ranking["lead_divergent_layer"] == BACKBONE_FAULT and ranking["lead_divergent_rank"] == 1, ranking
-    judged = judge(planted)
-    todo = judged.stdout.split("What to do:", 1)[-1]
-    block = next(b for b in todo.split("\n\n") if "drift_detection_error" in b)
-    assert f"look at: divergent layer {BACKBONE_FAULT} (" in block and "rank #1 in" in block, block
-
-
 def test_the_drift_gates_pass_when_the_accuracy_gate_does(gated):
-    """The default drift gates hold on a real model: no false alarm when INT8 keeps its accuracy."""
-    _, done = gated
-    results = {line.split()[0]: line.rsplit("  ", 1)[-1].strip() for line in done.stdout.splitlines()
-               if line.split() and line.split()[0].startswith(("accuracy_", "drift_"))}
+    """The default drift gates hold on a real model: no false alarm where INT8 keeps its accuracy. The official
+    yolov8n as the recipe quantizes it keeps it (drop -0.003 [-0.014, 0.009] measured at 9fc7cc7): its drop is
+    within the limit, and every drift gate passes."""
+    checkout, done = gated
+    results = table_results(done.stdout)
     print("reference verdicts:", results)
-    assert "accuracy_map50_95_drop" in results and "drift_detection_error" in results, done.stdout[-3000:]
-    if results["accuracy_map50_95_drop"].startswith("pass"):
-        assert all(results[g].startswith("pass") for g in results if g.startswith("drift_")), results
+    int8 = json.loads((checkout / "metrics" / "int8.json").read_text())
+    assert int8["map50_95_drop"] <= 0.01 and not results["accuracy_map50_95_drop"].endswith(("FAIL", "FAIL)")), results
+    drift = {gate: result for gate, result in results.items() if gate.startswith("drift_")}
+    assert len(drift) == 3 and set(drift.values()) == {"pass"}, results

@@ -7,41 +7,15 @@ import os
 import re
 import shutil
 import subprocess
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import BACKBONE_FAULT, QUICK_BENCHMARK, ROOT, divergence_and_ranking, dvc, git, plant_range_fault
-
 from qgate.io import sha256_file
 from qgate.params import load_params
-
-WORKFLOW = ROOT / ".github" / "workflows" / "qgate.yml"
-# What GitHub would put into ${{ }} on a pull request to main; any other expression fails the test.
-EXPRESSIONS = {"github.base_ref": "main", "secrets.GITHUB_TOKEN": "", **{f"secrets.{name}": "" for name in (
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AZURE_STORAGE_CONNECTION_STRING",
-    "GOOGLE_APPLICATION_CREDENTIALS_JSON", "DVC_SSH_PRIVATE_KEY")}}  # secrets a repository has not set are empty
-# The job's test step, run in a clone inside this session, selects one file: this session runs the others.
-TESTS_SELECTED = {"PYTEST_ADDOPTS": "tests/test_workflow.py"}
-# This machine reaches no PyTorch index: the job's CPU-torch index becomes the local package index.
-LOCAL_ENV = {"TORCH_INDEX_URL": ""}
-
-
-def run_steps(job: dict) -> list[dict]:
-    """The job's `run:` steps, in order."""
-    return [step for step in job["steps"] if "run" in step]
-
-
-def substitute(value: str) -> str:
-    """Replace `${{ expr }}` with what GitHub would; fail on an expression this test does not know."""
-    def one(match: re.Match) -> str:
-        expr = match.group(1).strip()
-        assert expr in EXPRESSIONS, f"{WORKFLOW.name}: add '{expr}' to EXPRESSIONS in {Path(__file__).name}"
-        return EXPRESSIONS[expr]
-    return re.sub(r"\$\{\{(.*?)\}\}", one, str(value))
+from tests.conftest import ROOT, git, headline
+from tests.runner import (INPUTS_STEP, OWN_WEIGHTS, WORKFLOW, clone, failing_step, jobs, run_job, run_steps)
 
 
 def test_the_workflow_checks_what_the_issue_asks():
@@ -60,11 +34,11 @@ def test_the_workflow_checks_what_the_issue_asks():
 
 
 def test_only_the_promote_job_writes_and_only_after_the_gate_on_a_push_to_the_default_branch():
-    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
-    promote = jobs["promote"]
+    all_jobs = jobs()
+    promote = all_jobs["promote"]
     assert promote["needs"] == "gate" and promote["permissions"] == {"contents": "write"}
     assert "github.event_name == 'push'" in promote["if"] and "default_branch" in promote["if"]
-    assert all("permissions" not in job for name, job in jobs.items() if name != "promote")  # read-only default
+    assert all("permissions" not in job for name, job in all_jobs.items() if name != "promote")  # read-only default
     commands = "\n".join(step["run"] for step in run_steps(promote))
     assert "make promote PROMOTE_FLAGS=--push" in commands
     for step in promote["steps"]:
@@ -75,50 +49,45 @@ def test_only_the_promote_job_writes_and_only_after_the_gate_on_a_push_to_the_de
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # the YOLO11n pipeline (trained by the fixture), promote twice
+@pytest.mark.timeout(3600)
 @pytest.mark.skipif(os.environ.get("QGATE_IN_WORKFLOW_TEST") == "1", reason="already inside the workflow test")
-def test_a_fork_judges_its_own_model_on_a_fresh_runner_then_fails_in_one_line_without_its_files(
-        tmp_path, trained_yolo11n):
-    """A fork judges a YOLO11n of its own (weights and data in DVC, a local-directory DVC remote, a bare origin).
-    A new clone of that origin (no DVC cache) runs every `run:` step of the gate job: a verdict on that model, no
-    demo stage; then the promote job registers it. Its `make setup` step finds this checkout's venv (a fresh
-    clone's own install is what `.ci/run` and the README check do first: ~2.3 min not paid twice). With the remote
-    emptied, the same job fails in one line naming the missing files, within a minute.
+def test_a_fork_judges_its_own_model_on_a_fresh_runner_promotes_merges_upstream_and_fails_without_its_files(
+        fresh_runner, tmp_path):
+    """The whole life of a fork, the one place each of these runs end to end (~3 min besides `fresh_runner`):
+
+    - a fork of an upstream release judges a model of its own (the pinned pose demo model, its weights and data in
+      DVC, a local-directory DVC remote, a bare origin): a new clone (no DVC cache) runs every `run:` step of the
+      gate job (`fresh_runner`): a verdict on that model, no demo stage, the PR summary says main judged another;
+    - the promote job registers it from a fresh clone of the origin it pushed its results to;
+    - the fork, its own metrics committed, merges upstream's next release (a new default, code, the demo's metrics
+      re-measured) without a conflict, and `make gate` re-runs only what upstream changed;
+    - with the DVC remote emptied, the gate job (from its inputs step) fails in one line naming the missing files,
+      within a minute.
 
     The job's test step runs in the clone with one file selected (PYTEST_ADDOPTS): this session runs the rest.
     """
-    weights, data = trained_yolo11n
-    origin, remote = tmp_path / "origin.git", tmp_path / "dvc-remote"
-    publish_a_fork(weights, data, tmp_path / "fork", origin, remote)
-    job = yaml.safe_load(WORKFLOW.read_text())["jobs"]["gate"]
-    runner = tmp_path / "runner"
-    subprocess.run(["git", "clone", "-q", str(origin), str(runner)], check=True)
-    (runner / ".venv").symlink_to(ROOT / ".venv")
-    env = runner_env(tmp_path / "step_summary.md")
-    output = run_job(job, runner, env)
-
-    record = json.loads((runner / "metrics/export_record.json").read_text())
-    assert record["weights"] == OWN_WEIGHTS and record["model_sha256"] == sha256_file(weights)
-    assert record["head_layout"] == "raw"
-    assert "Running stage 'demo_" not in output and "Running stage 'sensitivity'" in output
-    int8 = json.loads((runner / "metrics/int8.json").read_text())
-    print(f"YOLO11n on the demo data: FP32 {int8['baseline_map50_95']:.4f}, INT8 {int8['map50_95']:.4f}, "
-          f"drop {int8['map50_95_drop']:+.4f}")
-    assert int8["baseline_map50_95"] >= 0.3  # trained, not a random model that passes every gate trivially
-    a_fault_in_its_backbone_is_the_layer_named(runner, tmp_path / "planted")
-    text = (tmp_path / "step_summary.md").read_text()
+    run = fresh_runner
+    record = json.loads((run.checkout / "metrics/export_record.json").read_text())
+    assert record["weights"] == OWN_WEIGHTS and record["model_sha256"] == sha256_file(run.weights)
+    assert record["task"] == "pose" and record["head_layout"] == "raw"
+    assert "Running stage 'demo_" not in run.output and "Running stage 'sensitivity'" in run.output
+    text = run.summary.read_text()
     assert "# qgate report: PASS" in text and "## Metrics: this branch vs main" in text
     assert "judged another model" in text  # main's committed metrics are upstream's demo, not this model
     for output_file in ("reports/report.md", "reports/report.html", "reports/gates.xml"):
-        assert (runner / output_file).is_file(), output_file
-    promote_from_the_origin(runner, origin, tmp_path, env)
+        assert (run.checkout / output_file).is_file(), output_file
 
-    shutil.rmtree(remote)
-    remote.mkdir()
-    emptied = tmp_path / "emptied"
-    subprocess.run(["git", "clone", "-q", str(origin), str(emptied)], check=True)
-    (emptied / ".venv").symlink_to(ROOT / ".venv")
-    failed = failing_step(job, emptied, env)
+    fork = tmp_path / "fork"
+    shutil.copytree(run.checkout, fork, symlinks=True)
+    promote_from_the_origin(fork, run.fork_origin, tmp_path, run.env)
+    merge_an_upstream_release(fork, run.upstream, run.upstream_origin, tmp_path / "upstream")
+
+    shutil.rmtree(run.remote)
+    run.remote.mkdir()
+    emptied = clone(run.fork_origin, tmp_path / "emptied")
+    gate_job = jobs()["gate"]  # from the inputs step on: setup, lint and the fast tests ran in the runner above
+    names = [step.get("name") for step in run_steps(gate_job)]
+    failed = failing_step({**gate_job, "steps": run_steps(gate_job)[names.index(INPUTS_STEP):]}, emptied, run.env)
     assert failed.name == INPUTS_STEP and failed.seconds < 60, (failed.name, failed.seconds)
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in failed.stderr, failed.stderr
@@ -127,127 +96,76 @@ def test_a_fork_judges_its_own_model_on_a_fresh_runner_then_fails_in_one_line_wi
     assert "Running stage" not in failed.stdout
 
 
-def a_fault_in_its_backbone_is_the_layer_named(runner: Path, planted: Path) -> None:
-    """On this YOLO11n (not the demo's v8): no layer is divergent as quantized; with a range fault planted
-    mid-backbone, that layer alone is, and the sensitivity ranking puts its quantizers first."""
-    healthy = json.loads((runner / "metrics/divergence.json").read_text())
-    assert healthy["divergent_layers"] == 0, healthy
-    shutil.copytree(runner, planted, symlinks=True, ignore=shutil.ignore_patterns(".venv", ".git", ".dvc"))
-    plant_range_fault(planted, BACKBONE_FAULT)
-    _, divergent, ranking = divergence_and_ranking(planted)
-    assert divergent == [BACKBONE_FAULT] and ranking["lead_divergent_layer"] == BACKBONE_FAULT, (divergent, ranking)
-
-
-OWN_WEIGHTS = "models/own/detector.pt"
-INPUTS_STEP = "Model and data from the DVC remote"
-
-
-def publish_a_fork(weights: Path, data: Path, fork: Path, origin: Path, remote: Path) -> None:
-    """A clone of this checkout judging `weights` on `data`: both `dvc add`ed, pushed to a local DVC remote, and
-    the commit pushed to a new bare `origin`."""
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(fork)], check=True)
-    (fork / OWN_WEIGHTS).parent.mkdir(parents=True)
-    shutil.copy(weights, fork / OWN_WEIGHTS)
-    shutil.copytree(data, fork / "data/own")
-    params = yaml.safe_load((fork / "params.yaml").read_text())
-    params["model"].update(weights=OWN_WEIGHTS, dataset="data/own/demo.yaml", data_dir="data/own")
-    params["promote"].update(name="detector-int8", family="yolo11n")
-    params["benchmark"] = QUICK_BENCHMARK
-    (fork / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], check=True)
-    dvc(fork, "add", "-q", OWN_WEIGHTS, "data/own")
-    dvc(fork, "remote", "add", "-d", "storage", str(remote))
-    git(fork, "add", "-A")
-    git(fork, "commit", "-qm", "judge our detector: weights and data in DVC, a DVC remote")
-    dvc(fork, "push", "-q")
-    git(fork, "push", "-q", str(origin), "HEAD:main")
-
-
-def runner_env(summary: Path) -> dict:
-    """A fresh runner's environment: the clone runs its own code (its .venv path), never this checkout's."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("VIRTUAL_ENV", "PYTHON"))}
-    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not p.startswith(str(ROOT)))
-    env.update(GITHUB_STEP_SUMMARY=str(summary), QGATE_IN_WORKFLOW_TEST="1", CI="true")
-    return env
-
-
-@dataclass
-class Step:
-    """A finished `run:` step."""
-
-    name: str
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-
-def steps(job: dict, clone: Path, env: dict):
-    """Run `job`'s `run:` steps in `clone` in order, yielding each finished Step (the caller stops on a failure)."""
-    env = {**env, **{key: substitute(value) for key, value in job.get("env", {}).items()}, **LOCAL_ENV}
-    for step in run_steps(job):
-        step_env = {**env, **{key: substitute(value) for key, value in step.get("env", {}).items()},
-                    **(TESTS_SELECTED if "make test" in step["run"] else {})}
-        start = time.monotonic()
-        done = subprocess.run(["bash", "-eo", "pipefail", "-c", substitute(step["run"])], cwd=clone, env=step_env,
-                              capture_output=True, text=True, timeout=40 * 60)
-        yield Step(step.get("name", step["run"]), done.returncode, done.stdout, done.stderr, time.monotonic() - start)
-
-
-def run_job(job: dict, clone: Path, env: dict) -> str:
-    """Every `run:` step of `job` in `clone`, in order; a failing step fails the test with its output. The
-    steps' stdout, joined."""
-    output = []
-    for step in steps(job, clone, env):
-        assert step.returncode == 0, f"step '{step.name}' failed:\n{step.stdout[-3000:]}\n{step.stderr[-3000:]}"
-        output.append(step.stdout)
-    return "\n".join(output)
-
-
-def failing_step(job: dict, clone: Path, env: dict) -> Step:
-    """The first `run:` step of `job` that fails in `clone` (the test fails when every step passes)."""
-    for step in steps(job, clone, env):
-        if step.returncode:
-            return step
-    raise AssertionError("every step passed")
-
-
-def promote_from_the_origin(runner: Path, origin: Path, tmp_path: Path, env: dict) -> None:
+def promote_from_the_origin(fork: Path, origin: Path, tmp_path: Path, env: dict) -> None:
     """The promote job: the gate's outputs committed and pushed (git to the bare origin, DVC to the remote the
-    fork configured), then its `run:` steps in a fresh clone of that origin; the tags land on the origin, once."""
-    dvc_tool = str(runner / ".venv/bin/dvc")
+    fork configured), then its `run:` steps in a fresh clone of that origin; the tags land on the origin. (A re-run
+    that tags nothing new: tests/test_promote.py.)"""
+    dvc_tool = str(fork / ".venv/bin/dvc")
     for command in (["git", "add", "-A"], ["git", "-c", "user.name=qgate", "-c", "user.email=qgate@localhost",
                                            "commit", "-qm", "gate results"],
                     [dvc_tool, "push", "-q"], ["git", "push", "-q", "origin", "HEAD:main"]):
-        done = subprocess.run(command, cwd=runner, env=env, capture_output=True, text=True)
+        done = subprocess.run(command, cwd=fork, env=env, capture_output=True, text=True)
         assert done.returncode == 0, f"{command}: {done.stderr[-2000:]}"
-    pushed = tmp_path / "pushed"
-    subprocess.run(["git", "clone", "-q", str(origin), str(pushed)], check=True)
-    (pushed / ".venv").symlink_to(runner / ".venv")  # the same installed packages: no second 6 GB venv
-    job = yaml.safe_load(WORKFLOW.read_text())["jobs"]["promote"]
+    pushed = clone(origin, tmp_path / "pushed", venv=fork / ".venv")  # the same installed packages
     summary = tmp_path / "promote_summary.md"
-    for attempt in range(2):  # a re-run (as after a cancelled job) finishes without a second version
-        run_job(job, pushed, {**env, "GITHUB_STEP_SUMMARY": str(summary)})
+    run_job(jobs()["promote"], pushed, {**env, "GITHUB_STEP_SUMMARY": str(summary)})
     remote_tags = subprocess.run(["git", "ls-remote", "--tags", str(origin)], capture_output=True, text=True,
                                  check=True).stdout
     assert "refs/tags/detector-int8@v0.0.1" in remote_tags and "refs/tags/detector-int8#staging#1" in remote_tags
-    assert "detector-int8@v0.0.2" not in remote_tags
     assert "## Registry" in summary.read_text()
+
+
+def merge_an_upstream_release(fork: Path, upstream: Path, upstream_origin: Path, release: Path) -> None:
+    """Upstream's next commit (a new default, a code change, the demo's metrics re-measured by `make gate`) merges
+    into the fork, whose own metrics, dvc.lock and params are committed, without a conflict (.gitattributes'
+    `merge=ours`, the driver `make setup` defines); the fork's `make gate` then re-runs what the default changed."""
+    shutil.copytree(upstream, release, symlinks=True)
+    defaults = release / "qgate" / "defaults.yaml"
+    defaults.write_text(defaults.read_text().replace("  images: 8 ", "  images: 6 ", 1))  # divergence.images
+    report = release / "qgate" / "report.py"
+    report.write_text(report.read_text() + "\n# upstream's next release\n")
+    make(release, "gate")
+    git(release, "add", "-A")
+    git(release, "commit", "-qm", "upstream: divergence.images 6")
+    git(release, "push", "-q", str(upstream_origin), "HEAD:main")
+    git(fork, "fetch", "-q", str(upstream_origin), "main")
+    base = git(fork, "merge-base", "HEAD", "FETCH_HEAD").strip()  # upstream's release the fork started from
+    upstream_changed = set(git(fork, "diff", "--name-only", base, "FETCH_HEAD").split())
+    assert {"qgate/defaults.yaml", "qgate/report.py", "metrics/divergence.json", "dvc.lock"} <= upstream_changed
+    assert {"dvc.lock", "metrics/divergence.json"} <= set(git(fork, "diff", "--name-only", base, "HEAD").split())
+
+    make(fork, "setup")  # defines the `ours` merge driver .gitattributes names
+    git(fork, "merge", "-q", "--no-edit", "FETCH_HEAD")  # fails the test on a conflict
+    assert yaml.safe_load((fork / "params.yaml").read_text())["model"]["weights"] == OWN_WEIGHTS
+    assert json.loads((fork / "metrics/export_record.json").read_text())["weights"] == OWN_WEIGHTS
+    assert "  images: 6 " in (fork / "qgate/defaults.yaml").read_text()  # upstream's code and defaults arrived
+    assert (fork / "qgate/report.py").read_text().endswith("# upstream's next release\n")
+    after = make(fork, "gate")
+    assert "Running stage 'divergence'" in after.stdout  # the new default re-runs the stage that reads it ...
+    assert "Running stage 'export'" not in after.stdout  # ... and not the fork's model's export
+    assert headline(after.stdout).startswith("PASS"), after.stdout[-3000:]
+
+
+def make(checkout: Path, target: str) -> subprocess.CompletedProcess:
+    """`make target` in `checkout`; a failure fails the test with its output."""
+    done = subprocess.run(["make", target], cwd=checkout, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
 
 
 def test_the_remote_secrets_reach_only_the_steps_that_store_them_and_are_the_ones_make_inputs_reads():
     from qgate.inputs import CREDENTIALS
 
     readable = {name for options in CREDENTIALS.values() for name in options}
-    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
-    for name, job in jobs.items():
+    all_jobs = jobs()
+    for name, job in all_jobs.items():
         for step in job["steps"]:
             secrets = {key for key, value in step.get("env", {}).items()
                        if str(value).startswith("${{ secrets.") and key not in ("GITHUB_TOKEN", "QGATE_RAY_ADDRESS")}
             assert secrets <= readable, (name, secrets - readable)
             if secrets:
                 assert re.search(r"make (inputs|gate|pull)", step["run"]), (name, step["run"])
-    assert any("make inputs" in step.get("run", "") for step in jobs["gate"]["steps"])
+    assert any("make inputs" in step.get("run", "") for step in all_jobs["gate"]["steps"])
 
 
 def test_the_cluster_gate_runs_by_hand_with_the_address_from_a_secret():
@@ -263,7 +181,7 @@ def test_the_cluster_gate_runs_by_hand_with_the_address_from_a_secret():
 
 
 def test_the_cluster_gate_points_compute_at_the_secret_address(tmp_path):
-    step = next(s for s in run_steps(yaml.safe_load(WORKFLOW.read_text())["jobs"]["cluster-gate"])
+    step = next(s for s in run_steps(jobs()["cluster-gate"])
                 if "QGATE_RAY_ADDRESS" in s["run"])
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
