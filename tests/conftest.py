@@ -41,7 +41,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         shared = "demo_checkout" in used or item.module.__name__.endswith("test_compute")
-        item.add_marker(pytest.mark.xdist_group("demo" if shared else item.module.__name__))
+        if not item.get_closest_marker("xdist_group"):  # a test may name its lane (a fixture it reaches at run time)
+            item.add_marker(pytest.mark.xdist_group("demo" if shared else item.module.__name__))
         if used & CLUSTER_FIXTURES or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.cluster)
             if not item.get_closest_marker("timeout"):
@@ -115,6 +116,9 @@ def demo_checkout(tmp_path_factory) -> Path:
     draws the same bytes on every CPU, so demo_train is current and nothing trains (checked first, in seconds).
     CI time: QUICK_BENCHMARK, appended to params.yaml as text (its comments stay): the default run lengths cost ~50 s
     more here and prove nothing about the pipeline the short ones do not."""
+    first = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]  # under make test: its nodeid ends in @<lane>
+    if "@" in first and not first.endswith("@demo"):  # a second lane would build it again: minutes
+        pytest.fail(f"{first} reaches demo_checkout outside the demo's lane: mark it pytest.mark.xdist_group('demo')")
     checkout = working_tree_copy(tmp_path_factory.mktemp("checkout"))
     params = checkout / "params.yaml"
     assert "benchmark" not in (yaml.safe_load(params.read_text()) or {}), "params.yaml sets benchmark: already"

@@ -81,7 +81,8 @@ def segment_gated(tmp_path_factory, coco32_seg) -> Judged:
     return Judged("segment", *gate_own_model(tmp_path_factory.mktemp("segment_checkout"), recipe))
 
 
-@pytest.fixture(scope="module", params=("segment", "pose"))
+# pose reads `fresh_runner` (built from `demo_checkout`): it runs in the demo's lane of `make test` (tests/conftest.py)
+@pytest.fixture(scope="module", params=("segment", pytest.param("pose", marks=pytest.mark.xdist_group("demo"))))
 def judged(request) -> Judged:
     """Each task's checkout after `make gate`."""
     if request.param == "segment":
