@@ -256,6 +256,9 @@ def test_a_ray_client_address_gives_the_local_detections(quantized_project, clie
 
 
 def test_a_ray_client_server_that_dies_starting_is_started_again(quantized_project, dying_client_servers, caplog):
+    """The head's per-driver server dying as it starts (ray-project/ray#63202's race, made certain here): qgate joins
+    again and gets the local detections. ~35 s of it is Ray's own wait for the dead server, which no setting of
+    Ray's shortens safely; nothing cheaper makes a real head lose one."""
     images, predictor = _demo_like(quantized_project, 1)
     with open_executor(ComputeParams("local", None, None, 1, 1, 60)) as executor:
         expected = list(executor.run(prediction_job(predictor), shards(images, False, 1)))[0]
@@ -268,6 +271,8 @@ def test_a_ray_client_server_that_dies_starting_is_started_again(quantized_proje
 
 def test_a_ray_client_server_that_keeps_dying_fails_in_one_line(quantized_project, dying_client_servers,
                                                                 monkeypatch):
+    """When every join's server dies, the run ends in one line naming compute.address and what to do: one attempt
+    allowed and one death (~35 s of Ray's waiting, as above), the limit rather than how high it is."""
     import qgate.cluster  # after this module has set Ray's environment
 
     # the limit, not how high it is: each death costs ~35 s; a join again after a death is the test above

@@ -60,6 +60,9 @@ def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[st
 @pytest.mark.model
 @pytest.mark.parametrize("family", [pytest.param(f, id=f["name"]) for f in FAMILIES if f.get("supported", True)])
 def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
+    """The family's own graph through every analysis stage, the one place each family's export, head layout,
+    decode rule and graph surgery meet. Seconds each; the `rank` family (11-seg) ~50 s: every quantizer group's
+    float version is compiled and scored, and autofix runs, on one graph with an attention block and a task head."""
     task = family.get("task", "detect")
     weights = tiny_detector(tmp_path / "model", family["yaml"], task=task)
     dataset = make_dataset(tmp_path / "data", images=4, task=task)
