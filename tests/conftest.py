@@ -51,6 +51,7 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.model)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `pytest -p no:xdist` must still run
 def pytest_xdist_node_collection_finished(node, ids):
     """Under `--dist loadgroup`, stop where pytest-xdist did not put a test in its lane: it does so by renaming the
     test, which pytest 9.2 ignores (pytest-dev/pytest-xdist#1386; requirements.txt pins pytest 9.1), and then every

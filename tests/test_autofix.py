@@ -194,7 +194,7 @@ def _copy(project: Path, dest: Path) -> Path:
 
 @pytest.mark.slow
 def test_planted_fault_is_named_first_ranked_first_and_autofix_keeps_it_float(tmp_path, planted):
-    """The detect task's planted fault, named and ranked (the segment and pose ones: test_task_demos.py), and
+    """The detect task's planted fault, named and ranked (the segment and pose ones: test_task_pipelines.py), and
     autofix's search and pricing on a real failing model: nothing cheaper has a fault autofix can fix."""
     project = _copy(planted, tmp_path / "p")
     broken = _json(project, "metrics/int8.json")
