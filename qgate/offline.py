@@ -1,13 +1,16 @@
-"""Offline settings for every stage: no downloads, no telemetry, project-local Ultralytics config."""
+"""Settings every qgate process runs with: no downloads, no telemetry, project-local Ultralytics config, and model
+files loaded as data (Ultralytics' weights_only loading), never as code."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ULTRALYTICS_CONFIG_DIR = PROJECT_ROOT / ".cache" / "ultralytics"
+SAFE_LOAD_FLAG = "ULTRALYTICS_SAFE_LOAD"  # read once, when ultralytics.utils is imported
 
 _INTEGRATIONS_OFF = {
     "dvc": False, "mlflow": False, "tensorboard": False, "wandb": False,
@@ -17,7 +20,7 @@ _INTEGRATIONS_OFF = {
 
 
 def configure() -> None:
-    """Set the environment so that Ultralytics, OpenVINO and DVC never touch the network.
+    """Set the environment so that Ultralytics, OpenVINO and DVC never touch the network and no model file runs code.
 
     Must run before `ultralytics` is imported: it reads these variables at import time.
     """
@@ -25,9 +28,22 @@ def configure() -> None:
     os.environ.setdefault("YOLO_AUTOINSTALL", "False")
     os.environ.setdefault("YOLO_CONFIG_DIR", str(ULTRALYTICS_CONFIG_DIR))
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+    _load_models_as_data()
     os.environ.setdefault("MPLBACKEND", "Agg")
     _install_font(Path(os.environ["YOLO_CONFIG_DIR"]))
     _opt_out_of_openvino_telemetry()
+
+
+def _load_models_as_data() -> None:
+    # A .pt is a pickle: by default Ultralytics unpickles it with weights_only=False, which runs any callable the
+    # file names (a crafted checkpoint's os.system did, in export). The flag makes every load torch's weights_only
+    # one, with Ultralytics' allow-list of model classes; set, not defaulted, so no environment switches it off.
+    # Child processes (Ray workers, DVC's stages, benchmark scripts) inherit it.
+    os.environ[SAFE_LOAD_FLAG] = "1"
+    utils = sys.modules.get("ultralytics.utils")
+    if utils is not None and not getattr(utils, "SAFE_LOAD", False):
+        raise RuntimeError("ultralytics was imported before qgate.offline.configure(): its model loading would "
+                           "still run code from model files; call configure() first")
 
 
 def _install_font(config_dir: Path) -> None:

@@ -3,6 +3,8 @@ read versions for provenance."""
 
 from __future__ import annotations
 
+import pickle
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,13 @@ def load_detector(weights: str | Path) -> Any:
         task = getattr(model.model, "task", None) or model.task
         names = model.names
     except Exception as exc:  # torch/pickle raise many types for a corrupt or foreign file
+        refused = _refused_global(exc)
+        if refused:
+            raise QgateError(f"{weights}: refused: it names {refused}, which is not an Ultralytics or torch model "
+                             "class, and loading it would run that code (qgate loads model files with weights_only); "
+                             "if you trust the file, keep only its model: python -c \"import torch; torch.save("
+                             f"{{'model': torch.load('{weights}', weights_only=False)['model']}}, 'model_only.pt')\"")\
+                from None
         raise QgateError(f"{weights}: not a readable Ultralytics checkpoint ({type(exc).__name__}); "
                          "point model.weights at a YOLO detection, segmentation or pose .pt") from exc
     if task not in GATED_TASKS or not names:
@@ -42,6 +51,16 @@ def load_detector(weights: str | Path) -> Any:
         raise QgateError(f"{weights}: {UNSUPPORTED_HEADS[head]} is not supported yet; qgate judges the YOLO "
                          "detection families (v3u, v5u, v6, v8, v9, v10, 11, 12, 26)")
     return model
+
+
+def _refused_global(exc: BaseException) -> str | None:
+    """The global a weights_only load refused ('posix.system'), from the error Ultralytics raises for it, or None."""
+    while exc is not None:
+        if isinstance(exc, pickle.UnpicklingError):
+            found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+            return found.group(1) if found else "a type outside the allow-list"
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def export_onnx(model, weights: str | Path, imgsz: int, cfg: ExportParams, folder: Path) -> Path:

@@ -52,6 +52,29 @@ def test_corrupt_weights(tmp_path):
     _assert_failed_cleanly(project, "corrupt.pt: not a readable Ultralytics checkpoint")
 
 
+class _OpensAFile:
+    """Unpickled by a weights_only=False load, this object calls open(path, 'w'): code run from a model file."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_and_runs_nothing(tmp_path, tiny_weights):
+    """A real detector's checkpoint with one more entry whose unpickling opens a file: export refuses it in one
+    line naming what it would call and how to keep only the model, and the file never appears."""
+    marker = tmp_path / "ran"
+    checkpoint = torch.load(tiny_weights, weights_only=False)  # the test's own file: trusted here
+    crafted = tmp_path / "crafted.pt"
+    torch.save({**checkpoint, "payload": _OpensAFile(marker)}, crafted)
+    project = _project(tmp_path, crafted)
+    _assert_failed_cleanly(project, "crafted.pt: refused: it names io.open, which is not an Ultralytics or torch",
+                           "keep only its model")
+    assert not marker.exists()
+
+
 def test_plain_state_dict_is_not_a_detector(tmp_path):
     foreign = tmp_path / "foreign.pt"
     torch.save({"weight": torch.zeros(3)}, foreign)
