@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,9 +185,13 @@ def _box_row(values: list[float]) -> list[float]:
 
 def _numbers(path: Path, number: int, line: str) -> list[float]:
     try:
-        return [float(v) for v in line.split()]
+        values = [float(v) for v in line.split()]
     except ValueError as exc:
         raise QgateError(f"{path}:{number}: not numbers ({line.strip()!r}); fix or delete that label line") from exc
+    # float() takes 'nan' and 'inf', which no range check refuses (every comparison with NaN is false)
+    if not all(math.isfinite(v) for v in values):
+        raise QgateError(f"{path}:{number}: a value is not finite ({line.strip()!r}); fix or delete that label line")
+    return values
 
 
 def _check_class(path: Path, number: int, cls: float, num_classes: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import glob
 import hashlib
 import json
 import os
@@ -15,6 +16,8 @@ from typing import Any, Iterable, Iterator
 import yaml
 
 from qgate.errors import QgateError
+
+STAGING_SUFFIX = ".tmp"
 
 
 def _umask() -> int:
@@ -29,6 +32,48 @@ def _follow_umask(path: Path, mode: int) -> None:
     path.chmod(mode & ~_umask())
 
 
+def _staging_prefix(path: Path) -> str:
+    """`.name.<pid>.`: a staging file or folder names its process, so a later run knows when it is orphaned."""
+    return f".{path.name}.{os.getpid()}."
+
+
+def staging_leftovers(path: str | Path, orphaned_only: bool = True) -> list[Path]:
+    """The staging files and folders beside `path` (of a process no longer running, with `orphaned_only`)."""
+    path = Path(path)
+    found = []
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*{STAGING_SUFFIX}"):
+        pid = leftover.name[len(path.name) + 2:].split(".", 1)[0]
+        if not orphaned_only or (pid.isdigit() and not _running(int(pid))):
+            found.append(leftover)
+    return found
+
+
+def remove(path: Path) -> None:
+    """Delete a file or a folder tree (a symlink itself, never what it points at)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _staging_beside(path: Path) -> Path:
+    """Where a write to `path` is staged; a killed run's leftovers beside it are removed first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in staging_leftovers(path):
+        remove(leftover)
+    return path.parent
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
@@ -36,8 +81,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     The file ends up with the mode `open()` would give it under the process umask.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_staging_prefix(path), suffix=STAGING_SUFFIX, dir=_staging_beside(path))
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -57,8 +101,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     The folder gets the mode `mkdir` would give it under the process umask.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(path), suffix=STAGING_SUFFIX, dir=_staging_beside(path)))
     try:
         yield staging
         _follow_umask(staging, 0o777)
@@ -117,4 +160,16 @@ def read_yaml(path: str | Path, missing: str) -> Any:
     try:
         return yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise QgateError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix its syntax") from exc
+        raise QgateError(yaml_error(path, exc)) from None
+
+
+def yaml_error(path: str | Path, exc: yaml.YAMLError) -> str:
+    """One line for a YAML error: the file, line and column, and a refused tag called refused, not a syntax error."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+    problem = " ".join(str(getattr(exc, "problem", "") or exc).split())
+    if isinstance(exc, yaml.constructor.ConstructorError) and "tag" in problem:
+        tag = problem.split("tag", 1)[1].strip(" :'\"")
+        return (f"{where}: the tag '{tag}' is refused for safety (qgate reads YAML as plain data; such a tag builds "
+                "Python objects, which can run code); remove it")
+    return f"{where}: not valid YAML ({problem}); fix that line"

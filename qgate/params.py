@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import sys
 import types
 import typing
@@ -411,6 +412,8 @@ def _coerce(hint: Any, value: Any, path: Path, name: str, retired: list[str]) ->
         return value
     if isinstance(value, bool) or not isinstance(value, expected):
         raise QgateError(f"{path}: '{name}' must be of type {hint.__name__}, got {value!r}")
+    if hint is float and not math.isfinite(value):  # YAML's .nan and .inf: every range check would pass NaN
+        raise QgateError(f"{path}: '{name}' is {value}; use a finite number")
     return hint(value)
 
 

@@ -16,13 +16,14 @@ REGISTRY_NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9-/_]*[a-zA-Z0-9])?")  # gto.c
 RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5}")  # a Ray client or GCS address: host:port
 RANGE_ESTIMATORS = ("default", "minmax", "mean_minmax", "median_minmax", "mean_no_outliers_minmax", "mean_quantile",
                     "histogram")  # `default`: NNCF's for the preset; the others: nncf's RangeEstimatorParametersSet
+MAX_IMGSZ = 4096  # larger sides need more memory than a CI runner has; no YOLO checkpoint is trained above 1536
+OPTIONAL_GATES = ("max_map50_95_drop_rel", "min_int8_map50_95", "max_class_map50_95_drop", "max_latency_ms")
 MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
 
 
 def check_values(params: Any, path: Path) -> None:
     _one_of(path, "baseline.inference_precision", params.baseline.inference_precision, INFERENCE_PRECISIONS)
-    if params.model.imgsz % 32:
-        raise QgateError(f"{path}: 'model.imgsz' is {params.model.imgsz}; use a multiple of 32")
+    _image_size(path, "model.imgsz", params.model.imgsz)
     for section, key in (("baseline", "conf"), ("baseline", "iou"), ("int8_eval", "bad_case_conf"),
                          ("int8_eval", "bad_case_iou")):
         if not 0.0 <= getattr(getattr(params, section), key) <= 1.0:
@@ -52,8 +53,11 @@ def check_values(params: Any, path: Path) -> None:
         raise QgateError(f"{path}: 'autofix.price_rounds' is {params.autofix.price_rounds} and 'price_seconds' "
                          f"{params.autofix.price_seconds:g}; use 0 rounds (no pricing) or 2 or more (an interval needs "
                          "two), and seconds > 0")
-    if params.gates.report_bad_cases < 0:
-        raise QgateError(f"{path}: 'gates.report_bad_cases' must be >= 0")
+    _check_gates(params.gates, path)
+    # a target below 0 asks INT8 to beat FP32: no gate is switched off by it, it only makes autofix search longer
+    if not -1.0 <= params.autofix.target_drop <= 1.0:
+        raise QgateError(f"{path}: 'autofix.target_drop' is {params.autofix.target_drop}; use an mAP50-95 drop in "
+                         "[-1, 1], e.g. gates.max_map50_95_drop")
     if params.benchmark.seconds <= 0 or params.benchmark.repeats < 2 or params.benchmark.batch < 1:
         raise QgateError(f"{path}: 'benchmark.seconds' must be > 0, 'repeats' >= 2 (an interval needs two pairs) "
                          f"and 'batch' >= 1; "
@@ -92,9 +96,7 @@ def _check_tune(tune: Any, path: Path) -> None:
             if key == "subset_size" and value < 1:
                 raise QgateError(f"{path}: 'tune.space.subset_size' has {value}; use calibration image counts >= 1")
     for size in tune.imgsz:
-        if size < 32 or size % 32:
-            raise QgateError(f"{path}: 'tune.imgsz' has {size}; list multiples of 32 (the largest stride of a YOLO "
-                             "model), e.g. [160, 128]")
+        _image_size(path, "tune.imgsz", size)
     for key in ("first_images", "finalists", "max_evaluations"):
         if getattr(tune, key) < 1:
             raise QgateError(f"{path}: 'tune.{key}' is {getattr(tune, key)}; use an integer >= 1"
@@ -102,6 +104,32 @@ def _check_tune(tune: Any, path: Path) -> None:
                                 if key == "max_evaluations" else ""))
     if tune.max_seconds <= 0:
         raise QgateError(f"{path}: 'tune.max_seconds' is {tune.max_seconds}; use a wall-time budget > 0, e.g. 1800")
+
+
+def _image_size(path: Path, key: str, size: int) -> None:
+    """A side in pixels a YOLO model can take: positive, a multiple of 32, at most MAX_IMGSZ."""
+    if not 32 <= size <= MAX_IMGSZ or size % 32:
+        raise QgateError(f"{path}: '{key}' is {size}; use a multiple of 32 (the smallest largest stride of a YOLO "
+                         f"model; 64 for P6 models) from 32 to {MAX_IMGSZ}, e.g. 640")
+
+
+def _check_gates(gates: Any, path: Path) -> None:
+    """Each threshold within the range of what it limits, so that no value switches its gate off unseen."""
+    fractions = ("max_map50_95_drop", "max_mask_map50_95_drop", "max_pose_map50_95_drop", "max_map50_95_drop_rel",
+                 "min_int8_map50_95", "max_class_map50_95_drop", "max_layers_below_sqnr_floor_frac")
+    for key in fractions:
+        value = getattr(gates, key)
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise QgateError(f"{path}: 'gates.{key}' is {value}; use a value in [0, 1] (mAP and fractions lie "
+                             "there)" + (" or null (gate off)" if key in OPTIONAL_GATES else ""))
+    for key in ("min_speedup", "max_latency_ms"):
+        value = getattr(gates, key)
+        if value is not None and value <= 0:
+            raise QgateError(f"{path}: 'gates.{key}' is {value}; use a value > 0"
+                             + (" or null (gate off)" if key in OPTIONAL_GATES else " (1.0: INT8 at least as fast)"))
+    for key in ("max_detection_error", "report_bad_cases"):
+        if getattr(gates, key) < 0:
+            raise QgateError(f"{path}: 'gates.{key}' is {getattr(gates, key)}; use a value >= 0")
 
 
 def _smooth_quant_alpha(path: Path, key: str, value: float) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
-from qgate.dataset import coco_ground_truth, label_path, load_dataset, orphan_labels, read_labels, split_images
+from qgate.dataset import (coco_ground_truth, label_path, load_dataset, orphan_labels, read_keypoints, read_labels,
+                           read_segments, split_images)
 from qgate.errors import QgateError
 
 
@@ -74,6 +77,10 @@ def test_orphan_label_is_found_not_loaded(tmp_path):
         pytest.param("0 0.5 -0.2 0.1 0.1", "coordinates must be normalized to [0, 1]", id="coord-below-0"),
         pytest.param("0 0.5 0.5 0.1", "expected 'class cx cy w h' or a polygon", id="too-few-values"),
         pytest.param("x 0.5 0.5 0.1 0.1", "not numbers", id="not-numbers"),
+        pytest.param("0 nan 0.5 0.1 0.1", "a.txt:1: a value is not finite", id="nan-coordinate"),
+        pytest.param("nan 0.5 0.5 0.1 0.1", "a value is not finite", id="nan-class-id"),
+        pytest.param("0 0.5 0.5 inf 0.1", "a value is not finite", id="inf-coordinate"),
+        pytest.param("0.5 0.5 0.5 0.1 0.1", "class id 0.5 is outside 0..1", id="fractional-class-id"),
     ],
 )
 def test_bad_label_lines(tmp_path, line, expected):
@@ -151,3 +158,39 @@ def test_odd_image_formats_load_as_8bit_bgr_like_ultralytics(tmp_path, shape, dt
     theirs = imread(str(path), flags=cv2.IMREAD_COLOR)  # what the val dataset's cv2_flag is for 3-channel models
     assert ours.dtype == np.uint8 and ours.shape == (37, 50, 3) and hw0 == (37, 50)
     assert np.array_equal(ours, theirs)
+
+
+FUZZ_TOKENS = ["0", "1", "2", "-1", "0.5", "1.0000001", "-0.0", "1e-9", "1e309", "-1e309", "nan", "NaN", "inf",
+               "-inf", "0x1p-1", "1_0", "0.5.5", "", "x", "--1", "+0.5", "1e", "٠", "0.25", "3.0", "999999999999"]
+
+
+def _fuzz_lines(count: int, seed: int) -> list[str]:
+    """Label lines of 0 to 12 tokens drawn from numbers, edge values and junk; reproducible from the seed."""
+    rng = random.Random(seed)
+    separators = [" ", "  ", "\t", " \t "]
+    return [rng.choice(separators).join(rng.choice(FUZZ_TOKENS) for _ in range(rng.randint(0, 12)))
+            for _ in range(count)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fuzzed_label_lines_give_labels_in_range_or_one_line_errors(tmp_path, seed):
+    """A few hundred generated malformed lines through every label reader: each is read into finite values in
+    [0, 1] or refused with a QgateError naming the file and line, never another exception."""
+    path = tmp_path / "a.txt"
+    readers = [lambda: read_labels(path, 2)[:, 1:], lambda: [p for _, p in read_segments(path, 2)],
+               lambda: [np.r_[points[points[:, 2] > 0, :2].ravel(), box]  # a negative keypoint is an unlabelled one
+                       for _, box, points in read_keypoints(path, 2, (1, 2))]]
+    refused = read = 0
+    for line in _fuzz_lines(150, seed):
+        path.write_text(line + "\n")
+        for reader in readers:
+            try:
+                arrays = reader()
+            except QgateError as exc:
+                refused += 1
+                assert str(exc).startswith(f"{path}:1: ") and "\n" not in str(exc), str(exc)
+                continue
+            read += 1
+            for coords in arrays if isinstance(arrays, list) else [arrays]:
+                assert np.isfinite(coords).all() and (coords >= -1e-6).all() and (coords <= 1 + 1e-6).all(), line
+    assert refused > 300 and read > 0  # the generator reaches both outcomes, so each branch above is exercised

@@ -49,6 +49,30 @@ def test_repository_params_load():
                      id="retired-path-key-with-another-value"),
         pytest.param(lambda p: p["model"].update(imgsz="big"), "'model.imgsz' must be of type int", id="wrong-type"),
         pytest.param(lambda p: p["model"].update(imgsz=250), "use a multiple of 32", id="imgsz-not-stride"),
+        pytest.param(lambda p: p["model"].update(imgsz=0), "'model.imgsz' is 0; use a multiple of 32 (the smallest",
+                     id="imgsz-zero"),
+        pytest.param(lambda p: p["model"].update(imgsz=8192), "'model.imgsz' is 8192; use a multiple of 32",
+                     id="imgsz-too-big"),
+        pytest.param(lambda p: p["tune"].update(imgsz=[160, -32]), "'tune.imgsz' is -32; use a multiple of 32",
+                     id="tune-imgsz-negative"),
+        pytest.param(lambda p: p["gates"].update(max_map50_95_drop=-1),
+                     "'gates.max_map50_95_drop' is -1.0; use a value in [0, 1]", id="drop-limit-negative"),
+        pytest.param(lambda p: p["gates"].update(max_map50_95_drop=float("nan")),
+                     "'gates.max_map50_95_drop' is nan; use a finite number", id="drop-limit-nan"),
+        pytest.param(lambda p: p["tune"].update(max_seconds=float("inf")),
+                     "'tune.max_seconds' is inf; use a finite number", id="seconds-infinite"),
+        pytest.param(lambda p: p["gates"].update(min_speedup=-5),
+                     "'gates.min_speedup' is -5.0; use a value > 0 (1.0: INT8 at least as fast)",
+                     id="speedup-limit-negative"),
+        pytest.param(lambda p: p["gates"].update(max_latency_ms=0),
+                     "'gates.max_latency_ms' is 0.0; use a value > 0 or null (gate off)", id="latency-limit-zero"),
+        pytest.param(lambda p: p["gates"].update(min_int8_map50_95=1.5),
+                     "'gates.min_int8_map50_95' is 1.5; use a value in [0, 1] (mAP and fractions lie there) or null",
+                     id="map-floor-above-one"),
+        pytest.param(lambda p: p["gates"].update(max_detection_error=-0.1),
+                     "'gates.max_detection_error' is -0.1; use a value >= 0", id="detection-error-negative"),
+        pytest.param(lambda p: p["autofix"].update(target_drop=2),
+                     "'autofix.target_drop' is 2.0; use an mAP50-95 drop in [-1, 1]", id="autofix-target-above-one"),
         pytest.param(lambda p: p["baseline"].update(inference_precision="fp32"), "use one of f32, bf16, f16",
                      id="bad-precision"),
         pytest.param(lambda p: p["baseline"].update(iou=1.5), "'baseline.iou' must be within [0, 1]",
@@ -96,6 +120,21 @@ def test_bad_params_name_file_and_key(tmp_path, mutate, expected):
         load_params(path)
     assert expected in str(info.value)
     assert str(info.value).startswith(path)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    pytest.param("model:\n  imgsz: [192\nbaseline: {}\n", ":3:9: not valid YAML (expected ',' or ']'",
+                 id="syntax-with-line-and-column"),
+    pytest.param("model:\n  weights: !!python/object/apply:os.system ['touch ran']\n",
+                 ":2:12: the tag 'tag:yaml.org,2002:python/object/apply:os.system' is refused for safety",
+                 id="python-tag-refused-not-called-syntax"),
+])
+def test_a_broken_params_file_names_line_and_column(tmp_path, text, expected):
+    (tmp_path / "params.yaml").write_text(text)
+    with pytest.raises(QgateError) as info:
+        load_params(tmp_path / "params.yaml")
+    assert str(info.value).startswith(f"{tmp_path / 'params.yaml'}{expected}"), str(info.value)
+    assert not (tmp_path / "ran").exists()
 
 
 def test_missing_params_file(tmp_path):

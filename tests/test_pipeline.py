@@ -109,13 +109,13 @@ def test_changing_a_default_in_code_stales_only_the_stage_that_reads_it(demo_che
 
 
 def test_a_tightened_gate_fails_make_gate_and_reruns_no_stage(demo_checkout):
-    """`gates.max_map50_95_drop: -0.05` fails (the whole interval is above it), restoring passes, no stage is stale."""
-    with _edited_params(demo_checkout, gates={"max_map50_95_drop": -0.05}):
+    """`gates.min_int8_map50_95: 0.99` fails (the demo's INT8 scores 0.86), restoring passes, no stage is stale."""
+    with _edited_params(demo_checkout, gates={"min_int8_map50_95": 0.99}):
         stale = _stale_after_resolving(demo_checkout)
         tightened = _make(demo_checkout, "gate")
     assert stale == [], stale  # no stage of `make gate` reads this threshold: only the judge (and `make tune`) do
     assert tightened.returncode != 0
-    assert failed_in_table(tightened.stdout) == {"accuracy_map50_95_drop"}, tightened.stdout[-3000:]
+    assert failed_in_table(tightened.stdout) == {"accuracy_int8_map50_95_floor"}, tightened.stdout[-3000:]
     assert "Running stage" not in tightened.stdout
     restored = _make(demo_checkout, "gate")
     assert restored.returncode == 0, restored.stdout[-3000:]
