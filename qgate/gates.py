@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from qgate.consistency import problems
 from qgate.cpu import describe
 from qgate.io import sha256_file
 from qgate.params import Params
@@ -66,6 +67,7 @@ class Metrics:
     def __init__(self, params: Params):
         self.params = params
         self._files: dict[str, Any] = {}
+        self._consistent: set[str] = set()
         self._producers = {
             params.export.record: "export", params.baseline.metrics: "baseline",
             params.baseline.per_class: "baseline", params.quantize.metrics: "quantize",
@@ -98,6 +100,7 @@ class Metrics:
         if not isinstance(data, dict) or key not in data:
             raise MetricsUnavailable(f"{path} has no '{key}' (written by an older qgate?); re-run {self.rerun(path)}")
         self._check_current(path, data)
+        self._check_consistent(path, data)
         return data[key]
 
     def number(self, path: str, key: str) -> float:
@@ -122,9 +125,19 @@ class Metrics:
             raise MetricsUnavailable(f"{path} is unreadable ({exc.__class__.__name__}); "
                                      f"re-run {self.rerun(path)}") from exc
 
+    def _check_consistent(self, path: str, data: dict) -> None:
+        """Once per file: what qgate.consistency finds wrong in it fails every gate that reads it."""
+        if path in self._consistent:
+            return
+        found = problems(self.params, path, data, self._producers.get(path, ""), self.read)
+        if found:
+            raise MetricsUnavailable(f"{path} cannot be trusted: {'; '.join(found)}; re-run {self.rerun(path)}")
+        self._consistent.add(path)
+
     def _check_current(self, path: str, data: dict) -> None:
         # (hash key, the file that owns it, what the hash names, how that file states it)
         owners = [("model_sha256", self.params.export.record, "model", "is model"),
+                  ("ir_bin_sha256", self.params.export.record, "FP32 IR", "wrote"),
                   ("int8_ir_bin_sha256", self.params.quantize.metrics, "INT8 IR", "wrote")]
         for key, owner, what, states in owners:
             if path == owner or key not in data:
@@ -484,6 +497,6 @@ def _provenance(m: Metrics, limit: int) -> Reading:
     weights = Path(p.model.weights)
     recorded = m.value(p.export.record, "model_sha256")
     if weights.is_file() and sha256_file(weights) != recorded:
-        return Reading(1, f"{weights} changed since {p.export.record} was written; re-run `dvc repro` "
-                          "(or `make gate`)")
+        return Reading(1, f"{weights} changed since {p.export.record} was written: every stage from export on "
+                          "measured another model; re-run them all with `dvc repro` (or `make gate`)")
     return Reading(0, "")

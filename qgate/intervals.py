@@ -58,10 +58,15 @@ class Interval:
 
 
 def interval(point: float, resampled: np.ndarray, level: float) -> Interval:
-    """The percentile interval of `resampled` values at `level` around the `point` estimate."""
+    """The percentile interval of `resampled` values at `level` around the `point` estimate.
+
+    Widened to hold the point when the resamples all but miss it (a biased statistic on few images can put the
+    point beyond a tail): the gates judge a point and its interval together, and the judge refuses a file whose
+    point lies outside its own interval (qgate.consistency).
+    """
     tail = (1 - level) / 2
     low, high = np.nanquantile(np.asarray(resampled, dtype=float), [tail, 1 - tail])
-    return Interval(float(point), float(low), float(high), level)
+    return Interval(float(point), min(float(low), float(point)), max(float(high), float(point)), level)
 
 
 def ratio_interval(numerators: list[float], denominators: list[float], level: float) -> Interval:

@@ -89,22 +89,34 @@ def _weights_changed(project: Path) -> None:
 
 
 def _dropped(project: Path, drop: float = 0.05, low: float = 0.04, high: float = 0.06) -> None:
-    edit_json(project, "metrics/int8.json", map50_95_drop=drop, map50_95_drop_ci_low=low, map50_95_drop_ci_high=high)
+    """INT8's mAP50-95 `drop` [low, high] below FP32's, every number int8.json derives from it consistent (the judge
+    checks that they agree)."""
+    fp32 = json.loads((project / "metrics/int8.json").read_text())["baseline_map50_95"]
+    edit_json(project, "metrics/int8.json", map50_95_drop=drop, map50_95_drop_ci_low=low, map50_95_drop_ci_high=high,
+              map50_95=round(fp32 - drop, 5), map50_95_ci_low=round(fp32 - high, 5),
+              map50_95_ci_high=round(fp32 - low, 5), map50_95_drop_rel=round(drop / fp32, 5),
+              map50_95_drop_rel_ci_low=round(low / fp32, 5), map50_95_drop_rel_ci_high=round(high / fp32, 5))
+
+
+def _class_dropped(project: Path) -> None:
+    """INT8's first class 0.3 below FP32's, as if quantization had lost it."""
+    path = project / "metrics/int8_per_class.json"
+    classes = json.loads(path.read_text())
+    classes[0]["map50_95"] -= 0.3
+    path.write_text(json.dumps(classes))
 
 
 # (gate, how to break it, fragments the failure message must hold: value, limit, what to look at)
 BREAKS = [
     ("accuracy_map50_95_drop", _dropped,
      ["= 0.05 [0.04, 0.06] (95%) violates limit <= 0.01", WHERE_TO_LOOK, "reports/bad_cases.csv"]),
-    ("accuracy_map50_95_drop_rel", lambda p: (edit_gates(p, max_map50_95_drop_rel=0.001),
-                                              edit_json(p, "metrics/int8.json", map50_95_drop_rel=0.02,
-                                                        map50_95_drop_rel_ci_low=0.015,
-                                                        map50_95_drop_rel_ci_high=0.025)),
-     ["= 0.02 [0.015, 0.025] (95%) violates limit <= 0.001", f"Look at: {WHERE_TO_LOOK}"]),
+    ("accuracy_map50_95_drop_rel", lambda p: (edit_gates(p, max_map50_95_drop_rel=0.005),
+                                              _dropped(p, 0.008, 0.006, 0.0095)),  # within the absolute limit
+     ["violates limit <= 0.005", f"Look at: {WHERE_TO_LOOK}"]),
     ("accuracy_int8_map50_95_floor", lambda p: edit_gates(p, min_int8_map50_95=0.99),
      ["violates limit >= 0.99", "the FP32 model is already below the floor"]),
-    ("accuracy_per_class_drop", lambda p: edit_gates(p, max_class_map50_95_drop=-0.5),  # even a gain violates it
-     ["violates limit <= -0.5", "class '"]),
+    ("accuracy_per_class_drop", lambda p: (edit_gates(p, max_class_map50_95_drop=0.1), _class_dropped(p)),
+     ["violates limit <= 0.1", "class 'ellipse'"]),
     ("speed_int8_latency", lambda p: edit_gates(p, max_latency_ms=0.5),
      ["int8_latency_ms =", "violates limit <= 0.5", "benchmark.hint"]),
     ("speed_speedup", lambda p: edit_json(p, "metrics/benchmark.json", speedup_fps=1.01, speedup_fps_ci_low=0.98,
@@ -177,6 +189,65 @@ def test_stale_metrics_fail_and_name_the_stage(project, name, changes, gate):
     assert gate in failed_gates(result) and "provenance_same_model" in failed_gates(result)
     stage = Path(name).stem
     assert f"{name} is stale" in result.stdout and f"re-run `dvc repro {stage}`" in result.stdout
+
+
+def _shifted_baseline(project: Path) -> None:
+    """metrics/baseline.json says FP32 scored 0.02 more than int8.json quotes it."""
+    baseline = json.loads((project / "metrics/baseline.json").read_text())
+    edit_json(project, "metrics/baseline.json", map50_95=round(baseline["map50_95"] + 0.02, 5))
+
+
+def _int8_map_off_its_drop(project: Path) -> None:
+    """INT8's mAP moved to its interval's top (still inside it): the drop beside it no longer follows."""
+    int8 = json.loads((project / "metrics/int8.json").read_text())
+    edit_json(project, "metrics/int8.json", map50_95=int8["map50_95_ci_high"])
+
+
+def _other_ir_in_place(project: Path, name: str) -> None:
+    """Weights of another model where the IR the metrics measured should be (the FP32 IR copied over the INT8)."""
+    weights = project / name
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    weights.write_bytes(b"another IR's weights")
+
+
+def _recorded_param_changed(project: Path) -> None:
+    """dvc.lock beside the metrics, recording the params each stage ran with; then quantize's changed."""
+    (project / "dvc.lock").write_text((ROOT / "dvc.lock").read_text())
+    edit_params(project, "quantize", subset_size=48)
+
+
+# (what is wrong, a gate that reads the file, what the failure names, the stage to re-run)
+INCONSISTENT = [
+    ("drop_outside_its_own_interval", lambda p: edit_json(p, "metrics/int8.json", map50_95_drop=0.05),
+     "accuracy_map50_95_drop", "'map50_95_drop' 0.05 lies outside its own interval", "int8_eval"),
+    ("int8_map_not_fp32_minus_drop", _int8_map_off_its_drop, "accuracy_map50_95_drop",
+     "is not FP32", "int8_eval"),
+    ("fp32_quoted_differently", _shifted_baseline, "accuracy_map50_95_drop",
+     "'baseline_map50_95'", "int8_eval"),
+    ("int8_ir_swapped", lambda p: _other_ir_in_place(p, "models/int8/model_int8.bin"), "structure_quantized",
+     "models/int8/model_int8.bin is not the IR it measured", "quantize"),
+    ("fp32_ir_swapped", lambda p: _other_ir_in_place(p, "models/export/model_fp32.bin"), "provenance_same_model",
+     "models/export/model_fp32.bin is not the IR it measured", "export"),
+    ("imgsz_changed_without_a_rerun", lambda p: edit_params(p, "model", imgsz=320), "accuracy_map50_95_drop",
+     "it was measured with model.imgsz 192, and model.imgsz is now 320", "export"),
+    ("a_param_dvc_recorded_changed", _recorded_param_changed, "structure_quantized",
+     "it was measured with quantize.subset_size 300, and quantize.subset_size is now 48", "quantize"),
+]
+
+
+@pytest.mark.parametrize("breaks, gate, fragment, stage", [pytest.param(*case[1:], id=case[0])
+                                                           for case in INCONSISTENT])
+def test_the_judge_refuses_metrics_that_disagree_with_themselves_the_models_or_the_params(project, breaks, gate,
+                                                                                       fragment, stage):
+    """What `make gate` would re-run, judged alone (`make report`, `make promote`, `python -m qgate.judge`): files
+    edited by hand, IRs swapped, params changed since the stage ran; each fails the gates that read the file."""
+    breaks(project)
+    result = run_gates(project)
+    assert result.returncode == 1, result.stdout
+    assert gate in failed_gates(result), result.stdout
+    message = next(line for line in result.stdout.splitlines() if line.startswith(f"{gate}:"))
+    assert "cannot be trusted" in message and fragment in message, message
+    assert f"re-run `dvc repro {stage}`" in message, message
 
 
 @pytest.mark.parametrize("corrupt, fragment", [

@@ -1,0 +1,131 @@
+"""What the judge checks in a metrics file before it trusts it: each point inside its own interval, derived numbers
+that agree across files, model files that hash to what was measured, and the params the stage ran with.
+
+`make gate` re-runs what changed before judging, so these fail only where the judge runs alone (`make report`,
+`make promote`, `python -m qgate.judge`) on files edited, swapped or left from another configuration.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from qgate.artifacts import fixed_ir, fp32_ir, int8_ir
+from qgate.io import sha256_file
+from qgate.params import Params, as_dict
+
+# The files write 5 decimals: a sum of rounded numbers may be off by a few 1e-5. What a hand edit has to move to
+# change a verdict (a gate's limit, 0.01 by default) is far larger.
+TOLERANCE = 1e-4
+DVC_LOCK = Path("dvc.lock")
+RESOLVED_PARAMS = "params.resolved.yaml"  # the file dvc.yaml's stages read their params from
+
+
+def problems(params: Params, path: str, data: dict, stage: str, read: Callable[[str], Any]) -> list[str]:
+    """What is wrong with metrics file `path` (written by `stage`), each as a phrase; `read` parses another file."""
+    found = [*_outside_intervals(data), *_derived(params, path, data, read), *_hashes(params, path, data),
+             *_recorded_params(params, path, data), *_locked_params(params, stage)]
+    return list(dict.fromkeys(found))  # a file's record and DVC's lock can say the same thing
+
+
+def _outside_intervals(data: dict) -> list[str]:
+    """Every `key` with `key_ci_low` and `key_ci_high` beside it lies within them."""
+    found = []
+    for key, value in data.items():
+        low, high = data.get(f"{key}_ci_low"), data.get(f"{key}_ci_high")
+        if all(_is_number(v) for v in (value, low, high)) and not low - TOLERANCE <= value <= high + TOLERANCE:
+            found.append(f"'{key}' {value} lies outside its own interval [{low}, {high}]")
+    return found
+
+
+def _derived(params: Params, path: str, data: dict, read: Callable[[str], Any]) -> list[str]:
+    """INT8's drops are FP32 minus INT8, with the FP32 values the baseline wrote; autofix's drop likewise."""
+    if path not in (params.int8_eval.metrics, params.autofix.metrics):
+        return []
+    baseline = read(params.baseline.metrics)
+    found = []
+    prefix = "fixed_" if path == params.autofix.metrics else ""
+    for key, drop in data.items():
+        if not (key.startswith(prefix) and key.endswith("_drop") and _is_number(drop)):
+            continue
+        metric = key[len(prefix):-len("_drop")]
+        fp32, int8 = data.get(f"baseline_{metric}", baseline.get(metric)), data.get(f"{prefix}{metric}")
+        if not (_is_number(fp32) and _is_number(int8)):
+            continue
+        if abs(fp32 - int8 - drop) > TOLERANCE:
+            found.append(f"'{key}' {drop} is not FP32 {fp32} - INT8 {int8}")
+        relative = data.get(f"{key}_rel")
+        if _is_number(relative) and fp32 and abs((fp32 - int8) / fp32 - relative) > TOLERANCE:
+            found.append(f"'{key}_rel' {relative} is not ({fp32} - {int8}) / {fp32}")
+    for key, fp32 in data.items():
+        if key.startswith("baseline_") and _is_number(fp32) and _is_number(baseline.get(key[len("baseline_"):])):
+            quoted = baseline[key[len("baseline_"):]]
+            if abs(fp32 - quoted) > TOLERANCE:
+                found.append(f"'{key}' {fp32} is not the {quoted} of {params.baseline.metrics}")
+    return found
+
+
+def _hashes(params: Params, path: str, data: dict) -> list[str]:
+    """The model files on disk are the ones the file says it measured (a missing one cannot have been swapped)."""
+    files = {params.export.record: [("ir_bin_sha256", fp32_ir(params))],
+             params.quantize.metrics: [("int8_ir_bin_sha256", int8_ir(params))],
+             params.autofix.metrics: [("fixed_ir_bin_sha256", fixed_ir(params))]}.get(path, [])
+    found = []
+    for key, ir in files:
+        weights = ir.with_suffix(".bin")
+        if data.get(key) and weights.is_file() and sha256_file(weights) != data[key]:
+            found.append(f"{weights} is not the IR it measured ({key} {str(data[key])[:12]})")
+    return found
+
+
+def _recorded_params(params: Params, path: str, data: dict) -> list[str]:
+    """The settings a file records are the ones in force (for files judged without DVC's lock beside them)."""
+    recorded = {params.export.record: {"imgsz": ("model.imgsz", params.model.imgsz),
+                                       "opset": ("export.opset", params.export.opset)},
+                params.quantize.metrics: {"preset": ("quantize.preset", params.quantize.preset)},
+                params.int8_eval.metrics: {"bootstrap_samples": ("int8_eval.bootstrap_samples",
+                                                                 params.int8_eval.bootstrap_samples)},
+                params.benchmark.metrics: {"hint": ("benchmark.hint", params.benchmark.hint),
+                                           "batch": ("benchmark.batch", params.benchmark.batch),
+                                           "seconds": ("benchmark.seconds", params.benchmark.seconds)}}.get(path, {})
+    return [f"it was measured with {name} {data[key]!r}, and {name} is now {value!r}"
+            for key, (name, value) in recorded.items() if key in data and data[key] != value]
+
+
+def _locked_params(params: Params, stage: str) -> list[str]:
+    """Every param DVC recorded for `stage` in dvc.lock has the value in force (no lock, or no such stage: none)."""
+    if not DVC_LOCK.is_file():
+        return []
+    try:
+        lock = yaml.safe_load(DVC_LOCK.read_text()) or {}
+        recorded = lock["stages"][stage]["params"][RESOLVED_PARAMS]
+    except (KeyError, TypeError, yaml.YAMLError):
+        return []
+    in_force = as_dict(params)
+    return [f"it was measured with {name} {value!r}, and {name} is now {_at(in_force, name)!r}"
+            for name, value in _flat(recorded).items() if _at(in_force, name) != value]
+
+
+def _flat(values: dict, prefix: str = "") -> dict[str, Any]:
+    """{'baseline': {'split': 'val'}, 'model.imgsz': 192} -> {'baseline.split': 'val', 'model.imgsz': 192}."""
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            flat |= _flat(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _at(values: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(values, dict) or part not in values:
+            return "(no such key)"
+        values = values[part]
+    return values
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
