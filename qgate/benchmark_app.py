@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +23,28 @@ def run_benchmark_app(ir: Path, precision: str, cfg: BenchmarkParams, report_dir
                "-report_type", "no_counters", "-report_folder", str(report_dir), "-json_stats"]
     if cfg.batch > 1:
         command += ["-shape", f"[{cfg.batch},3,{imgsz},{imgsz}]"]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(_dies_with_this_process(command), capture_output=True, text=True)
     report = report_dir / "benchmark_report.json"
     if done.returncode != 0 or not report.is_file():
         raise QgateError(f"{ir}: benchmark_app failed (exit {done.returncode}): {error_text(done)}")
     results = read_json(report)["execution_results"]
     return {"latency_ms": float(results["latency (ms)"]), "fps": float(results["throughput"]),
             "iterations": int(results["total number of iterations"])}
+
+
+# Run in the child before benchmark_app replaces it: prctl(PR_SET_PDEATHSIG, SIGKILL), which survives exec, so a
+# stage killed with SIGKILL (no handler runs) takes its benchmark_app along instead of leaving it writing reports;
+# it exits at once when that parent is already gone. (subprocess's preexec_fn could do this, but may deadlock a
+# process with threads, as OpenVINO's are.)
+_LAUNCHER = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
+             "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execv(sys.argv[2], sys.argv[2:])")
+
+
+def _dies_with_this_process(command: list[str]) -> list[str]:
+    """`command` wrapped so that it is killed when this process dies (Linux; elsewhere as it is)."""
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-c", _LAUNCHER, str(os.getpid()), *command]
 
 
 def benchmark_round(irs: dict[str, Path], precision: str, cfg: BenchmarkParams, report_dir: Path, imgsz: int,

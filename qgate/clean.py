@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from qgate.io import remove, staging_leftovers
 
 CACHES = (".cache",)  # qgate's own scratch (Ultralytics config, fonts): never a user's file
 
@@ -28,10 +29,16 @@ def main(root: Path = Path(".")) -> list[Path]:
     """Delete untracked pipeline outputs and qgate's caches under `root`; return what was deleted."""
     root = root.resolve()
     removed = []
-    for path in [*pipeline_outputs(root), *(root / name for name in CACHES)]:
+    outputs = pipeline_outputs(root)
+    for path in [*outputs, *(root / name for name in CACHES)]:
         if path.exists() and path.is_relative_to(root) and not tracked(root, path):
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            remove(path)
             removed.append(path.relative_to(root))
+    for path in outputs:  # what a stage killed mid-write left beside its output
+        for leftover in staging_leftovers(path, orphaned_only=False):
+            if leftover.is_relative_to(root):
+                remove(leftover)
+                removed.append(leftover.relative_to(root))
     return removed
 
 

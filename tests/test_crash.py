@@ -1,0 +1,95 @@
+"""Stages killed with SIGKILL mid-run (no handler runs): nothing left running, nothing the next run trips over, and
+the next run's result is a clean run's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import ROOT, copy_project, stage, write_params
+
+WAIT_S = 120
+
+
+def _start(name: str, project: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", f"stages.{name}", "--params", "params.yaml"], cwd=project,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def _wait_for(found, what: str, process: subprocess.Popen):
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        value = found()
+        if value:
+            return value
+        assert process.poll() is None, f"the stage ended before {what}"
+        time.sleep(0.05)
+    raise AssertionError(f"no {what} within {WAIT_S} s")
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """Pids of the processes running in `folder` (their working directory; this machine's /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "cwd") == str(folder.resolve()):
+                pids.append(int(entry.name))
+        except OSError:
+            continue  # it ended while we looked, or is not ours to read
+    return pids
+
+
+def _killed(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def test_a_killed_benchmark_leaves_no_benchmark_app_running_and_the_next_run_completes(tmp_path, quantized_project,
+                                                                                      tiny_weights):
+    """benchmark_app is started tied to its stage (parent-death signal): SIGKILL of the stage, which runs no
+    handler, ends it too, where before it went on writing into reports/benchmark after make had exited."""
+    # runs of a minute: a benchmark_app that outlived its stage would still be running when the check looks
+    project = copy_project(quantized_project, tmp_path, tiny_weights, benchmark__repeats=2, benchmark__seconds=60,
+                           benchmark__max_seconds=240)
+    running = _start("benchmark", project)
+    measuring = _wait_for(lambda: [p for p in _processes_in(project) if p != running.pid],
+                          "benchmark_app", running)
+    time.sleep(1)  # benchmark_app itself, past the launcher that ties it to the stage
+    _killed(running)
+    deadline = time.monotonic() + 5
+    while _processes_in(project) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_in(project) == [], f"still running after the stage was killed: {measuring}"
+
+    write_params(project, tiny_weights, project / "data" / "data.yaml", benchmark__repeats=2, benchmark__seconds=1,
+                 benchmark__max_seconds=4)
+    again = stage("benchmark", project)
+    assert again.returncode == 0, again.stderr
+    metrics = json.loads((project / "metrics/benchmark.json").read_text())
+    assert metrics["pairs"] >= 2 and metrics["speedup_fps_ci_low"] <= metrics["speedup_fps"]
+    assert list(project.rglob("*.tmp")) == []
+
+
+def test_a_killed_export_leaves_a_staging_folder_that_the_next_run_removes_and_exports_the_same_ir(
+        tmp_path, exported_project, tiny_weights):
+    """The export stages the IR (and a copy of the weights) in `models/.export.<pid>.*.tmp`: a SIGKILL leaves it, the
+    next run removes it because its process is gone, and writes the IR a clean run wrote, byte for byte."""
+    write_params(tmp_path, tiny_weights, exported_project / "data" / "data.yaml")
+    running = _start("export", tmp_path)
+    staging = _wait_for(lambda: list((tmp_path / "models").glob(".export.*.tmp/weights.pt")), "staged weights",
+                        running)
+    _killed(running)
+    assert staging[0].parent.is_dir()  # killed mid-write: the debris the next run must not trip over
+
+    again = stage("export", tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert not staging[0].parent.exists() and list(tmp_path.rglob("*.tmp")) == []
+    record, clean = (json.loads((project / "metrics/export_record.json").read_text())
+                     for project in (tmp_path, exported_project))
+    assert (record["model_sha256"], record["ir_bin_sha256"]) == (clean["model_sha256"], clean["ir_bin_sha256"])
