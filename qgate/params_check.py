@@ -96,7 +96,7 @@ def _check_tune(tune: Any, path: Path) -> None:
             if key == "subset_size" and value < 1:
                 raise QgateError(f"{path}: 'tune.space.subset_size' has {value}; use calibration image counts >= 1")
     for size in tune.imgsz:
-        _image_size(path, "tune.imgsz", size)
+        _image_size(path, "tune.imgsz", size, listed=True)
     for key in ("first_images", "finalists", "max_evaluations"):
         if getattr(tune, key) < 1:
             raise QgateError(f"{path}: 'tune.{key}' is {getattr(tune, key)}; use an integer >= 1"
@@ -106,11 +106,12 @@ def _check_tune(tune: Any, path: Path) -> None:
         raise QgateError(f"{path}: 'tune.max_seconds' is {tune.max_seconds}; use a wall-time budget > 0, e.g. 1800")
 
 
-def _image_size(path: Path, key: str, size: int) -> None:
-    """A side in pixels a YOLO model can take: positive, a multiple of 32, at most MAX_IMGSZ."""
+def _image_size(path: Path, key: str, size: int, listed: bool = False) -> None:
+    """A side in pixels a YOLO model can take: a multiple of 32 from 32 to MAX_IMGSZ (`listed`: one of a list)."""
     if not 32 <= size <= MAX_IMGSZ or size % 32:
-        raise QgateError(f"{path}: '{key}' is {size}; use a multiple of 32 (the smallest largest stride of a YOLO "
-                         f"model; 64 for P6 models) from 32 to {MAX_IMGSZ}, e.g. 640")
+        said = f"has {size}; list multiples of 32" if listed else f"is {size}; use a multiple of 32"
+        raise QgateError(f"{path}: '{key}' {said} from 32 to {MAX_IMGSZ} (32 is the largest stride of most YOLO "
+                         f"models, 64 of P6 ones), e.g. {'[160, 128]' if listed else 640}")
 
 
 def _check_gates(gates: Any, path: Path) -> None:

@@ -11,9 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, copy_project, stage, write_params
 
 WAIT_S = 120
+AGENTS_EXIT_S = 150
 
 
 def _start(name: str, project: Path) -> subprocess.Popen:
@@ -43,6 +46,62 @@ def _processes_in(folder: Path) -> list[int]:
         except OSError:
             continue  # it ended while we looked, or is not ours to read
     return pids
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Every live process below `pid` (children, theirs, ...): pid -> its command name."""
+    parents, names = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z":  # a zombie has ended; only its parent has not read its status yet
+            parents[int(entry.name)], names[int(entry.name)] = int(fields[1]), _command(entry)
+    found, frontier = {}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found:
+                found[child] = names[child]
+                frontier.append(child)
+    return found
+
+
+def _command(process: Path) -> str:
+    """What `ps` shows for a process (Ray renames its workers 'ray::IDLE', 'ray::DashboardAgent')."""
+    try:
+        return (process / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _still_running(pids: dict[int, str], within_s: float) -> dict[int, str]:
+    """Those of `pids` still alive (and not zombies) after up to `within_s` seconds."""
+    deadline = time.monotonic() + within_s
+    while True:
+        alive = {pid: name for pid, name in pids.items()
+                 if Path(f"/proc/{pid}/stat").exists() and " Z " not in _stat(pid)}
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def _stat(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return " Z "  # gone while we looked
+
+
+def _instance_up(processes: dict[int, str]) -> bool:
+    """A private Ray instance has started its raylet, both of its agents and a worker."""
+    commands = [command.lower() for command in processes.values()]
+    return (any("raylet" in c for c in commands) and sum("agent" in c for c in commands) >= 2
+            and any("worker" in c for c in commands))
 
 
 def _killed(process: subprocess.Popen) -> None:
@@ -93,3 +152,29 @@ def test_a_killed_export_leaves_a_staging_folder_that_the_next_run_removes_and_e
     record, clean = (json.loads((project / "metrics/export_record.json").read_text())
                      for project in (tmp_path, exported_project))
     assert (record["model_sha256"], record["ir_bin_sha256"]) == (clean["model_sha256"], clean["ir_bin_sha256"])
+
+
+@pytest.mark.cluster
+@pytest.mark.xdist_group("demo")  # the lane of every Ray test: two Ray instances never start at once
+def test_a_killed_stage_on_a_private_ray_instance_takes_the_instance_along(tmp_path, quantized_project, tiny_weights):
+    """A stage with `compute.backend: ray` and no address starts its own Ray instance (GCS, raylet, workers): Ray
+    ties them to the stage, so SIGKILL of the stage ends them, the next run completes, and Ray's agents end on
+    their own (the only test that kills a Ray instance's driver; ~80 s, mostly the agents' exit)."""
+    project = copy_project(quantized_project, tmp_path, tiny_weights, compute__backend="ray", compute__workers=1,
+                           compute__shard_images=2)
+    (project / "metrics/baseline.json").unlink()
+    running = _start("baseline", project)
+    _wait_for(lambda: _instance_up(_descendants(running.pid)), "a Ray instance with its agents and a worker",
+              running)
+    started = _descendants(running.pid)
+    _killed(running)
+    agents = {pid: command for pid, command in started.items() if "agent" in command.lower()}
+    assert _still_running({pid: c for pid, c in started.items() if pid not in agents}, within_s=30) == {}, started
+
+    again = stage("baseline", project)  # a new private instance while the old one's agents may still be ending
+    assert again.returncode == 0, again.stderr[-3000:]
+    clean = json.loads((quantized_project / "metrics/baseline.json").read_text())
+    assert json.loads((project / "metrics/baseline.json").read_text())["map50_95"] == clean["map50_95"]
+    # Ray's per-node agents notice their raylet is gone within 2 s, then report to the dead GCS before exiting
+    # (60-80 s measured on the no-avx_vnni EPYC): Ray's own limit, waited for here, not worked around
+    assert _still_running(agents, within_s=AGENTS_EXIT_S) == {}, agents
