@@ -178,3 +178,39 @@ def test_a_killed_stage_on_a_private_ray_instance_takes_the_instance_along(tmp_p
     # Ray's per-node agents notice their raylet is gone within 2 s, then report to the dead GCS before exiting
     # (60-80 s measured on the no-avx_vnni EPYC): Ray's own limit, waited for here, not worked around
     assert _still_running(agents, within_s=AGENTS_EXIT_S) == {}, agents
+
+
+def _without_timings(metrics: dict) -> dict:
+    return {key: value for key, value in metrics.items() if "seconds" not in key}
+
+
+# (stage, the metrics file it writes last, the log line of its long step, params for a short run on the tiny model);
+# int8_eval runs the tiny model in about a second, mostly start-up: too short to kill part way on purpose
+KILLED_PART_WAY = [("quantize", "metrics/quantize.json", "[2/3] quantize: NNCF", {}),
+                   ("sensitivity", "metrics/sensitivity.json", "[1/2] sensitivity:",
+                    {"sensitivity__images": 2, "sensitivity__conf": 0.0})]
+
+
+@pytest.mark.parametrize("name, output, step, overrides", KILLED_PART_WAY, ids=[case[0] for case in KILLED_PART_WAY])
+def test_a_stage_killed_part_way_claims_nothing_and_its_next_run_writes_a_clean_run_s_result(
+        tmp_path, quantized_project, tiny_weights, name, output, step, overrides):
+    """Killed in its long step (calibration, the group scores), the stage leaves no metrics file claiming success
+    and no staging file, and its next run writes what a clean run wrote (timings aside)."""
+    project = copy_project(quantized_project, tmp_path, tiny_weights, **overrides)
+    clean = stage(name, project)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    expected = _without_timings(json.loads((project / output).read_text()))
+    (project / output).unlink()
+
+    running = subprocess.Popen([sys.executable, "-m", f"stages.{name}", "--params", "params.yaml"], cwd=project,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    assert any(step in line for line in running.stderr), f"{name} never logged {step!r}"
+    _killed(running)
+    running.stderr.close()
+    assert not (project / output).exists()
+
+    again = stage(name, project)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert list(project.rglob("*.tmp")) == []
+    assert _without_timings(json.loads((project / output).read_text())) == expected

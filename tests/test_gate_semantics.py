@@ -137,8 +137,8 @@ BREAKS = [
     ("structure_quantized", lambda p: edit_json(p, "metrics/quantize.json", fake_quantize_count=0),
      ["fake_quantize_count = 0 violates limit >= 1", "quantize.ignored_scope"]),
     ("structure_ignored_scope_float", _ignored_row_made_int8, ["= 1 violates limit <= 0", "int8 anyway: /model.22"]),
-    ("provenance_same_model", _weights_changed, ["changed since metrics/export_record.json: every stage from export "
-                                                 "on measured another model", "`dvc repro`"]),
+    ("provenance_same_model", _weights_changed, ["changed since metrics/export_record.json was written: every stage "
+                                                 "from export on measured another model", "`dvc repro`"]),
 ]
 
 
