@@ -7,6 +7,7 @@ that agree across files, model files that hash to what was measured, and the par
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Callable
 
@@ -99,13 +100,18 @@ def _locked_params(params: Params, stage: str) -> list[str]:
     if not DVC_LOCK.is_file():
         return []
     try:
-        lock = yaml.safe_load(DVC_LOCK.read_text()) or {}
-        recorded = lock["stages"][stage]["params"][RESOLVED_PARAMS]
+        recorded = _lock(DVC_LOCK.resolve(), DVC_LOCK.stat().st_mtime_ns)["stages"][stage]["params"][RESOLVED_PARAMS]
     except (KeyError, TypeError, yaml.YAMLError):
         return []
     in_force = as_dict(params)
     return [f"it was measured with {name} {value!r}, and {name} is now {_at(in_force, name)!r}"
             for name, value in _flat(recorded).items() if _at(in_force, name) != value]
+
+
+@functools.lru_cache(maxsize=4)
+def _lock(path: Path, mtime_ns: int) -> Any:
+    """dvc.lock parsed once per version of the file (the judge checks several metrics files against it)."""
+    return yaml.safe_load(path.read_text()) or {}
 
 
 def _flat(values: dict, prefix: str = "") -> dict[str, Any]:
