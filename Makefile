@@ -16,7 +16,7 @@ TORCH_INDEX := $(VENV)/.torch_index
 PIP := $(BIN)/pip install --disable-pip-version-check -q
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast inputs repro gate tune sample report pull promote lint clean FORCE
+.PHONY: help setup test test-fast inputs repro gate tune runtimes sample report pull promote lint clean FORCE
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 22
@@ -68,6 +68,10 @@ gate: repro  ## pipeline, then the gates (JUnit XML), the report and a verdict t
 tune: inputs  ## search quantize settings for the fastest INT8 model that passes the gates (docs/tune.md); prints the block
 	$(BIN)/dvc repro $(DVC_REPRO_FLAGS) tune/dvc.yaml
 	@cat reports/tune_quantize.yaml
+
+runtimes: inputs  ## judge the model on every runtime (OpenVINO, ONNX Runtime) and time them side by side (docs/runtimes.md)
+	$(BIN)/dvc repro $(DVC_REPRO_FLAGS) runtimes/dvc.yaml
+	@cat reports/runtimes.md
 
 sample: repro  ## the README's verdict output and docs/sample/report.{html,png} (headless Chromium) from the metrics
 	$(BIN)/python -m qgate.sample

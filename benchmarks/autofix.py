@@ -34,12 +34,13 @@ from benchmarks.peers import benchmark_case, median_fps  # noqa: E402
 from benchmarks.workspace import inside  # noqa: E402
 from qgate.dataset import load_dataset, split_images  # noqa: E402
 from qgate.evaluator import evaluate, image_tensor  # noqa: E402
-from qgate.runtime import compile_model  # noqa: E402
+from qgate.runtimes.openvino.inference import compile_model  # noqa: E402
+from qgate.runtimes.openvino import OpenVINO  # noqa: E402
 from qgate.io import read_json  # noqa: E402
 from qgate.params import IgnoredScopeParams, Params, SubgraphParams  # noqa: E402
-from qgate.artifacts import fixed_ir, fp32_ir, int8_ir  # noqa: E402
-from qgate.precision import precision_table  # noqa: E402
-from qgate import quantization  # noqa: E402
+from qgate.artifacts import fixed_model, fp32_model, int8_model  # noqa: E402
+from qgate.runtimes.openvino.ops import precision_table  # noqa: E402
+from qgate.calibration import calibration_images  # noqa: E402
 from stages import autofix, baseline, int8_eval, quantize, sensitivity  # noqa: E402
 
 NAIVE_SCOPE = IgnoredScopeParams(names=(), patterns=(), types=(), subgraphs=())
@@ -58,8 +59,8 @@ def run_qgate(params: Params) -> dict:
     int8_eval.main(params)
     sensitivity.main(params)
     fix = autofix.main(params)
-    return {"seconds": time.perf_counter() - start, "evaluations": 2 + fix["evaluations"], "ir": fixed_ir(params),
-            "plain_ir": int8_ir(params), "scope": yaml.safe_load(Path(params.autofix.scope).read_text())}
+    return {"seconds": time.perf_counter() - start, "evaluations": 2 + fix["evaluations"], "ir": fixed_model(params),
+            "plain_ir": int8_model(params), "scope": yaml.safe_load(Path(params.autofix.scope).read_text())}
 
 
 def run_pasted(params: Params, work: Path, scope: dict) -> Path:
@@ -71,14 +72,14 @@ def run_pasted(params: Params, work: Path, scope: dict) -> Path:
     pasted_params = naive_params(params, pasted)
     with inside(work / "pasted", exported=work):  # its own outputs, the same FP32 IR
         quantize.main(pasted_params)
-        return (work / "pasted" / int8_ir(pasted_params)).resolve()
+        return (work / "pasted" / int8_model(pasted_params)).resolve()
 
 
 def run_accuracy_control(params: Params, work: Path) -> dict:
     import nncf
 
     dataset = load_dataset(params.model.dataset)
-    calibration = quantization.calibration_images(params, dataset)
+    calibration = calibration_images(params, dataset)
     val = split_images(dataset, params.baseline.split)
     calls = {"full": 0, "partial": 0}
 
@@ -88,11 +89,11 @@ def run_accuracy_control(params: Params, work: Path) -> dict:
     def validate(compiled, items) -> tuple[float, None]:
         items = list(items)
         calls["full" if len(items) == len(val) else "partial"] += 1
-        return evaluate(compiled, items, dataset.names, params.model.imgsz).map50_95, None
+        return evaluate(OpenVINO(), compiled, items, dataset.names, params.model.imgsz).map50_95, None
 
     start = time.perf_counter()
     model = nncf.quantize_with_accuracy_control(
-        ov.Core().read_model(fp32_ir(params)), nncf.Dataset(calibration, transform), nncf.Dataset(val), validate,
+        ov.Core().read_model(fp32_model(params)), nncf.Dataset(calibration, transform), nncf.Dataset(val), validate,
         max_drop=params.autofix.target_drop, preset=nncf.QuantizationPreset.PERFORMANCE,
         subset_size=len(calibration))
     seconds = time.perf_counter() - start
@@ -120,7 +121,7 @@ def print_search(params: Params, naive: Path, nncf_ir: Path) -> None:
 
 def drop(ir: Path, params: Params, fp32_map: float) -> float:
     dataset = load_dataset(params.model.dataset)
-    result = evaluate(compile_model(ir, params.baseline.inference_precision),
+    result = evaluate(OpenVINO(), compile_model(ir, params.baseline.inference_precision),
                       split_images(dataset, params.baseline.split), dataset.names, params.model.imgsz)
     return fp32_map - result.map50_95
 
@@ -138,7 +139,7 @@ def main() -> None:
                 ("  its scope pasted, re-quantized", pasted, None, None),
                 ("nncf accuracy control", nncf_ac["ir"], nncf_ac["seconds"], nncf_ac["evaluations"])]
         drops = [drop(ir, params, fp32_map) for _, ir, _, _ in rows]
-        fps = median_fps([fp32_ir(params)] + [ir for _, ir, _, _ in rows], params, work)
+        fps = median_fps([fp32_model(params)] + [ir for _, ir, _, _ in rows], params, work)
         print(f"\n{params.model.weights} at imgsz {params.model.imgsz}; FP32 mAP50-95 {fp32_map:.4f}; max drop "
               f"{params.autofix.target_drop}; FPS: benchmark_app {params.benchmark.hint}, "
               f"{params.benchmark.seconds} s, "

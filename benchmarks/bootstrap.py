@@ -31,8 +31,8 @@ from benchmarks.peers import benchmark_case  # noqa: E402
 from qgate.cocoeval import coco_map  # noqa: E402
 from qgate.intervals import ImageMatches, interval, resample_indices, resample_weights  # noqa: E402
 from qgate.io import read_json  # noqa: E402
-from qgate.artifacts import export_record, int8_ir  # noqa: E402
-from qgate.pipeline import evaluate_ir  # noqa: E402
+from qgate.artifacts import export_record, int8_model  # noqa: E402
+from qgate.pipeline import evaluate_model  # noqa: E402
 from stages import baseline, int8_eval, quantize  # noqa: E402
 
 SAMPLES, NAIVE_SAMPLES = 1000, 5
@@ -60,7 +60,7 @@ def main() -> None:
         baseline.main(params)
         quantize.main(params)
         metrics = int8_eval.main(params)
-        result = evaluate_ir(params, int8_ir(params), export_record(params))
+        result = evaluate_model(params, int8_model(params), export_record(params))
         ground_truth, fp32, int8 = result.ground_truth, read_json(params.baseline.detections), result.detections
         images = len(ground_truth["images"])
         picks = resample_indices(images, SAMPLES, params.int8_eval.seed)

@@ -31,9 +31,10 @@ import openvino as ov  # noqa: E402
 
 from qgate.dataset import load_dataset, split_images, ultralytics_yaml  # noqa: E402
 from qgate.evaluator import evaluate  # noqa: E402
-from qgate.runtime import compile_model  # noqa: E402
+from qgate.runtimes.openvino.inference import compile_model  # noqa: E402
+from qgate.runtimes.openvino import OpenVINO  # noqa: E402
 from qgate.params import load_params  # noqa: E402
-from qgate.artifacts import fp32_ir  # noqa: E402
+from qgate.artifacts import fp32_model  # noqa: E402
 
 
 def ultralytics_model_dir(ir: Path, names: tuple[str, ...], imgsz: int, precision: str, dest: Path) -> Path:
@@ -56,7 +57,7 @@ def run_qgate(ir: Path, images: list[Path], names, imgsz: int, precision: str) -
     start = time.perf_counter()
     compiled = compile_model(ir, precision)
     loop_start = time.perf_counter()
-    result = evaluate(compiled, images, names, imgsz)
+    result = evaluate(OpenVINO(), compiled, images, names, imgsz)
     end = time.perf_counter()
     return end - start, end - loop_start, result.map50_95
 
@@ -103,7 +104,7 @@ def main() -> None:
 def _case(args, work: Path) -> tuple[Path, Path, int]:
     if args.reference is None:
         params = load_params()
-        ir = fp32_ir(params)
+        ir = fp32_model(params)
         if not ir.exists():
             sys.exit(f"error: {ir}: missing; run `dvc repro export` first")
         return ir, Path(params.model.dataset), params.model.imgsz

@@ -36,12 +36,15 @@ import openvino as ov  # noqa: E402
 from qgate.dataset import load_dataset, split_images, ultralytics_yaml  # noqa: E402
 from qgate.evaluator import evaluate  # noqa: E402
 from qgate.pipeline import baseline_postprocess  # noqa: E402
-from qgate.runtime import compile_model  # noqa: E402
+from qgate.runtimes.openvino.inference import compile_model  # noqa: E402
+from qgate.runtimes.openvino import OpenVINO  # noqa: E402
 from qgate.params import Params, load_params  # noqa: E402
 from benchmarks.workspace import ROOT, inside, rooted  # noqa: E402
-from qgate.artifacts import fp32_ir  # noqa: E402
-from qgate import quantization  # noqa: E402
-from qgate.benchmark_app import run_benchmark_app  # noqa: E402
+from qgate.artifacts import fp32_model  # noqa: E402
+from qgate.calibration import calibration_images  # noqa: E402
+from qgate.precision import rule_scope  # noqa: E402
+from qgate.runtimes import nncf_settings  # noqa: E402
+from qgate.runtimes.openvino.benchmark_app import run_benchmark_app  # noqa: E402
 
 
 def reference_params(params: Params, reference: Path) -> Params:
@@ -55,10 +58,10 @@ def reference_params(params: Params, reference: Path) -> Params:
 
 def run_qgate(params: Params, work: Path) -> tuple[Path, float]:
     dataset = load_dataset(params.model.dataset)
-    calibration = quantization.calibration_images(params, dataset)
+    calibration = calibration_images(params, dataset)
     start = time.perf_counter()
-    fp32 = ov.Core().read_model(fp32_ir(params))
-    model = quantization.quantize_model(fp32, calibration, params, list(quantization.rule_scope(fp32, params)))
+    fp32 = ov.Core().read_model(fp32_model(params))
+    model = nncf_settings.quantize(fp32, calibration, params, list(rule_scope(OpenVINO(), fp32, params)))
     seconds = time.perf_counter() - start
     ov.save_model(model, work / "qgate_int8.xml", compress_to_fp16=False)
     return work / "qgate_int8.xml", seconds
@@ -99,7 +102,7 @@ def accuracy_control(params: Params, work: Path, tune_hyperparams: bool = False)
 
     dataset = load_dataset(params.model.dataset)
     imgsz = params.model.imgsz
-    calibration = quantization.calibration_images(params, dataset)
+    calibration = calibration_images(params, dataset)
     val = split_images(dataset, params.baseline.split)
     postprocess = baseline_postprocess(params)
     scored = 0
@@ -108,16 +111,16 @@ def accuracy_control(params: Params, work: Path, tune_hyperparams: bool = False)
         nonlocal scored
         items = list(items)
         scored += len(items)
-        return evaluate(compiled, items, dataset.names, imgsz, postprocess).map50_95, None
+        return evaluate(OpenVINO(), compiled, items, dataset.names, imgsz, postprocess).map50_95, None
 
-    fp32 = ov.Core().read_model(fp32_ir(params))
+    fp32 = ov.Core().read_model(fp32_model(params))
     start = time.perf_counter()
     model = nncf.quantize_with_accuracy_control(
-        fp32, quantization.calibration_dataset(calibration, imgsz), nncf.Dataset(val), validate,
+        fp32, nncf_settings.calibration_dataset(calibration, imgsz), nncf.Dataset(val), validate,
         max_drop=params.gates.max_map50_95_drop, subset_size=len(calibration),
-        advanced_quantization_parameters=quantization.advanced_parameters(params.quantize),
+        advanced_quantization_parameters=nncf_settings.advanced_parameters(params.quantize),
         advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(tune_hyperparams=tune_hyperparams),
-        **quantization.nncf_settings(params, list(quantization.rule_scope(fp32, params))))
+        **nncf_settings.nncf_settings(params, list(rule_scope(OpenVINO(), fp32, params))))
     seconds = time.perf_counter() - start
     ir = work / f"nncf_ac{'_tuned' if tune_hyperparams else ''}_int8.xml"
     ov.save_model(model, ir, compress_to_fp16=False)
@@ -127,7 +130,7 @@ def accuracy_control(params: Params, work: Path, tune_hyperparams: bool = False)
 def map50_95(ir: Path, params: Params) -> float:
     dataset = load_dataset(params.model.dataset)
     images = split_images(dataset, params.baseline.split)
-    return evaluate(compile_model(ir, params.baseline.inference_precision), images, dataset.names,
+    return evaluate(OpenVINO(), compile_model(ir, params.baseline.inference_precision), images, dataset.names,
                     params.model.imgsz).map50_95
 
 
@@ -165,7 +168,7 @@ def benchmark_case(description: str) -> Iterator[tuple[Params, Path]]:
 def main() -> None:
     """Build the three INT8 models, then score and time each next to the FP32 IR."""
     with benchmark_case(__doc__.splitlines()[0]) as (params, work):
-        rows = [("FP32 IR (no quantization)", fp32_ir(params), 0.0)]
+        rows = [("FP32 IR (no quantization)", fp32_model(params), 0.0)]
         for name, build in (("qgate quantize (defaults)", run_qgate), ("ultralytics export int8", run_ultralytics),
                             ("nncf accuracy control", run_accuracy_control)):
             ir, seconds = build(params, work)

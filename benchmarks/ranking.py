@@ -36,9 +36,10 @@ from qgate.evaluator import evaluate, image_tensor  # noqa: E402
 from qgate.heads import RawHead  # noqa: E402
 from qgate.tasks import Detect  # noqa: E402
 from qgate.io import read_json  # noqa: E402
-from qgate.mixed import quantizer_groups, revert  # noqa: E402
-from qgate.artifacts import export_record, fp32_ir, int8_ir, model_dataset  # noqa: E402
-from qgate.pipeline import evaluate_ir  # noqa: E402
+from qgate.runtimes.openvino import OpenVINO  # noqa: E402
+from qgate.runtimes.openvino.quantizer_groups import quantizer_groups, revert  # noqa: E402
+from qgate.artifacts import export_record, fp32_model, int8_model, model_dataset  # noqa: E402
+from qgate.pipeline import evaluate_model  # noqa: E402
 from stages import baseline, int8_eval, quantize, sensitivity  # noqa: E402
 
 SWITCH = "qgate_float_groups"
@@ -109,13 +110,13 @@ def main() -> None:
         int8_eval.main(params)
         record = export_record(params)
         core = ov.Core()
-        fp32, int8 = core.read_model(fp32_ir(params)), core.read_model(int8_ir(params))
+        fp32, int8 = core.read_model(fp32_model(params)), core.read_model(int8_model(params))
         groups = quantizer_groups(int8)
         int8_map = read_json(params.int8_eval.metrics)["map50_95"]
         fp32_map = read_json(params.baseline.metrics)["map50_95"]
         dataset = model_dataset(params, record)
         val = split_images(dataset, params.baseline.split)
-        gains = np.array([evaluate_ir(params, revert(int8, fp32, groups, {i}), record).map50_95 - int8_map
+        gains = np.array([evaluate_model(params, revert(int8, fp32, groups, {i}), record).map50_95 - int8_map
                           for i in range(len(groups))])
         by_name = {p.name: p for p in val}
         with open(params.int8_eval.bad_cases) as handle:
@@ -149,7 +150,7 @@ def emulated_map(params, int8, groups, dataset, val) -> float:
     """mAP50-95 of the INT8 model with every FakeQuantize emulated in float."""
     compiled = ov.Core().compile_model(emulated(int8, groups, switchable=False), "CPU",
                                        {"INFERENCE_PRECISION_HINT": params.baseline.inference_precision})
-    return evaluate(compiled, val, dataset.names, params.model.imgsz).map50_95
+    return evaluate(OpenVINO(), compiled, val, dataset.names, params.model.imgsz).map50_95
 
 
 if __name__ == "__main__":

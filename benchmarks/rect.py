@@ -24,8 +24,8 @@ offline.configure()
 from benchmarks.peers import reference_params  # noqa: E402
 from qgate.dataset import load_dataset, ultralytics_yaml  # noqa: E402
 from qgate.params import load_params  # noqa: E402
-from qgate.artifacts import export_record, fp32_ir  # noqa: E402
-from qgate.pipeline import evaluate_ir  # noqa: E402
+from qgate.artifacts import export_record, fp32_model  # noqa: E402
+from qgate.pipeline import evaluate_model  # noqa: E402
 from stages import export  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def main() -> None:
         if args.reference:
             params = reference_params(params, args.reference.resolve(), work)
             export.main(params)
-        ours = evaluate_ir(params, fp32_ir(params), export_record(params)).map50_95
+        ours = evaluate_model(params, fp32_model(params), export_record(params)).map50_95
         rows = [("ultralytics val(), rect=True (its default)", ultralytics_val(params, True, work)),
                 ("ultralytics val(), rect=False", ultralytics_val(params, False, work)),
                 ("qgate FP32 baseline (static exported IR)", ours)]

@@ -62,20 +62,21 @@ def measure(ir: str, images: list[Path], names: tuple[str, ...], workers: int | 
     The driver's peak is read after prediction (images streamed, detections kept) and after scoring
     (pycocotools' tables), apart.
     """
-    from qgate.backends import open_executor
+    from qgate.executors import open_executor
     from qgate.compute import LocalExecutor, peak_rss_mb
     from qgate.evaluator import Predictor, predict, score
     from qgate.heads import Postprocess
     from qgate.tasks import Detect
-    from qgate.runtime import PortableModel
+    from qgate.runtimes.openvino import OpenVINO
+    from qgate.runtimes.openvino.inference import PortableModel
 
     start = time.perf_counter()
     compute = ComputeParams("ray" if workers else "local", None, workers, cpus, 16, 600)
     with open_executor(compute) as executor:
         started = time.perf_counter() - start
         begin = time.perf_counter()
-        per_image, shapes, precisions = predict(executor, Predictor(PortableModel(ir), "f32", 640, Postprocess(),
-                                                                    Detect()), images, 16)
+        per_image, shapes, precisions = predict(executor, Predictor(OpenVINO(), PortableModel(ir), "f32", 640,
+                                                                    Postprocess(), Detect()), images, 16)
         predicted, predicted_rss = time.perf_counter() - begin, peak_rss_mb()
         result = score(images, names, per_image, shapes, predicted, precisions)
         scored = time.perf_counter() - begin - predicted
@@ -108,14 +109,14 @@ def models(reference: Path, work: Path):
     from stages import export, quantize              # children whose peak RSS is measured
 
     from benchmarks.workspace import ROOT, inside, rooted
-    from qgate.artifacts import fp32_ir, int8_ir
+    from qgate.artifacts import fp32_model, int8_model
 
     offline.ultralytics_settings_off()
     params = reference_params(rooted(load_params(ROOT / "params.yaml")), reference)
     with inside(work, exported=None):  # the stages' fixed output paths land in `work`
         export.main(params)
         quantize.main(params)
-    return params, work / fp32_ir(params), work / int8_ir(params)
+    return params, work / fp32_model(params), work / int8_model(params)
 
 
 def projection(rows: dict, int8: dict) -> None:
@@ -137,10 +138,10 @@ def projection(rows: dict, int8: dict) -> None:
           f"instance start {large['start_seconds']:.1f} s")
     costs = [1.0] + [int8_ratio] * (1 + AUTOFIX_EVALUATIONS)
     local_minutes = sum(COCO_VAL * (c / local["images_per_second"] + score) for c in costs) / 60
-    print(f"   1 machine, local backend: {local_minutes:6.1f} min")
+    print(f"   1 machine, local executor: {local_minutes:6.1f} min")
     for machines in MACHINES:
         seconds = large["start_seconds"] + sum(fixed + COCO_VAL * (c * per_image / machines + score) for c in costs)
-        print(f"  {machines:>2} machine(s), ray backend: {seconds / 60:6.1f} min")
+        print(f"  {machines:>2} machine(s), ray executor: {seconds / 60:6.1f} min")
 
 
 def main() -> None:

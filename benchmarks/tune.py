@@ -32,8 +32,9 @@ import openvino as ov  # noqa: E402
 
 from benchmarks.peers import accuracy_control, run_ultralytics  # noqa: E402
 from benchmarks.workspace import ROOT, inside, rooted  # noqa: E402
-from qgate.artifacts import INT8_IR_NAME, export_record, fake_quantize_count, fp32_ir  # noqa: E402
-from qgate.backends import open_executor  # noqa: E402
+from qgate.artifacts import export_record, fp32_model, model_name  # noqa: E402
+from qgate.runtimes.openvino.ops import fake_quantize_count  # noqa: E402
+from qgate.executors import open_executor  # noqa: E402
 from qgate.cpu import cpu_info, describe  # noqa: E402
 from qgate.intervals import ratio_interval  # noqa: E402
 from qgate.params import AutofixParams, BaselineParams, Params, load_params  # noqa: E402
@@ -113,10 +114,10 @@ def judge(params: Params, built: dict[str, dict]) -> dict[str, Candidate]:
 
 def benchmark(params: Params, built: dict[str, dict], work: Path) -> dict[str, list[float]]:
     """Interleaved benchmark_app rounds of FP32 and every model (`benchmark.repeats`, 3 at least)."""
-    irs, sizes = {"fp32": fp32_ir(params)}, {"fp32": params.model.imgsz}
+    irs, sizes = {"fp32": fp32_model(params)}, {"fp32": params.model.imgsz}
     for index, (name, entry) in enumerate(built.items()):
         if "model" in entry:
-            irs[name] = work / "timed" / str(index) / INT8_IR_NAME
+            irs[name] = work / "timed" / str(index) / model_name(params, "int8")
             ov.save_model(entry["model"], irs[name], compress_to_fp16=False)
             sizes[name] = tune.deploy_size(params, entry.get("settings", {}))
     speeds: dict[str, list[float]] = {}

@@ -2,32 +2,40 @@
 
 from __future__ import annotations
 
-import collections
 from pathlib import Path
 
 from qgate.dataset import Dataset, load_dataset
 from qgate.errors import QgateError
 from qgate.io import read_json, sha256_file
 from qgate.params import Params
-
-FP32_IR_NAME = "model_fp32.xml"
-INT8_IR_NAME = "model_int8.xml"
-INVENTORY_SKIPPED = {"Constant", "Parameter", "Result"}  # renamed or re-created freely by graph passes
+from qgate.deploy import RUNTIMES
 
 
-def fp32_ir(params: Params) -> Path:
-    """Path of the exported FP32 IR."""
-    return Path(params.export.out_dir) / FP32_IR_NAME
+
+def model_name(params: Params, precision: str) -> str:
+    """The file name of a model at `precision` (fp32, int8) in the runtime's format: `model_int8.xml`, ..."""
+    return f"model_{precision}{RUNTIMES[params.deploy.runtime].model_suffix}"
 
 
-def int8_ir(params: Params) -> Path:
-    """Path of the quantized INT8 IR."""
-    return Path(params.quantize.out_dir) / INT8_IR_NAME
+def weights_file(model: Path) -> Path:
+    """The file holding a saved model's weights (an IR's .bin; an ONNX file itself): its identity."""
+    suffixes = {d.model_suffix: d.weights_suffix for d in RUNTIMES.values()}
+    return model.with_suffix(suffixes.get(model.suffix, model.suffix))
 
 
-def fixed_ir(params: Params) -> Path:
-    """Path of autofix's INT8 IR (the plain INT8 IR's copy when nothing needed fixing)."""
-    return Path(params.autofix.out_dir) / INT8_IR_NAME
+def fp32_model(params: Params) -> Path:
+    """Path of the exported FP32 model."""
+    return Path(params.export.out_dir) / model_name(params, "fp32")
+
+
+def int8_model(params: Params) -> Path:
+    """Path of the quantized INT8 model."""
+    return Path(params.quantize.out_dir) / model_name(params, "int8")
+
+
+def fixed_model(params: Params) -> Path:
+    """Path of autofix's INT8 model (the plain INT8 model's copy when nothing needed fixing)."""
+    return Path(params.autofix.out_dir) / model_name(params, "int8")
 
 
 def require_output(path: str | Path, stage: str) -> Path:
@@ -38,43 +46,27 @@ def require_output(path: str | Path, stage: str) -> Path:
     return path
 
 
-def require_int8_ir(params: Params) -> Path:
-    """The INT8 IR's path; an error saying which stage to run when it is missing."""
-    path = int8_ir(params)
+def require_int8_model(params: Params) -> Path:
+    """The INT8 model's path; an error saying which stage to run when it is missing."""
+    path = int8_model(params)
     if not path.is_file():
-        raise QgateError(f"{path}: INT8 IR is missing; run `dvc repro quantize`")
+        raise QgateError(f"{path}: INT8 model is missing; run `dvc repro quantize`")
     return path
 
 
-def int8_ir_sha256(params: Params) -> str:
-    """sha256 of the INT8 IR's weights: ties INT8 metrics to the exact quantized model they measured."""
-    return sha256_file(int8_ir(params).with_suffix(".bin"))
-
-
-def op_inventory(model) -> dict:
-    """Op counts by type and the friendly names of the computing ops (constants aside) of an OpenVINO model."""
-    ops = model.get_ordered_ops()
-    types = collections.Counter(op.get_type_name() for op in ops)
-    return {
-        "ir_op_count": len(ops),
-        "ir_op_types": dict(sorted(types.items())),
-        "ir_op_names": sorted(op.get_friendly_name() for op in ops if op.get_type_name() not in INVENTORY_SKIPPED),
-    }
-
-
-def fake_quantize_count(model) -> int:
-    """The FakeQuantize ops NNCF inserted in an OpenVINO model: how much of it runs in INT8."""
-    return sum(op.get_type_name() == "FakeQuantize" for op in model.get_ops())
+def int8_weights_sha256(params: Params) -> str:
+    """sha256 of the INT8 model's weights: ties INT8 metrics to the exact quantized model they measured."""
+    return sha256_file(weights_file(int8_model(params)))
 
 
 def export_record(params: Params) -> dict:
-    """The export record, checked against the FP32 IR on disk (a stale or missing one is an error)."""
-    record_path, ir_path = Path(params.export.record), fp32_ir(params)
-    if not ir_path.is_file() or not record_path.is_file():
-        raise QgateError(f"{ir_path}: FP32 IR or its export record is missing; run `dvc repro export`")
+    """The export record, checked against the FP32 model on disk (a stale or missing one is an error)."""
+    record_path, model_path = Path(params.export.record), fp32_model(params)
+    if not model_path.is_file() or not record_path.is_file():
+        raise QgateError(f"{model_path}: FP32 model or its export record is missing; run `dvc repro export`")
     record = read_json(record_path)
-    if sha256_file(ir_path.with_suffix(".bin")) != record["ir_bin_sha256"]:
-        raise QgateError(f"{ir_path}: IR does not match {record_path}; re-run `dvc repro export`")
+    if sha256_file(weights_file(model_path)) != record["ir_bin_sha256"]:
+        raise QgateError(f"{model_path}: model does not match {record_path}; re-run `dvc repro export`")
     return record
 
 

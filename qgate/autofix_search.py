@@ -7,9 +7,10 @@ from collections.abc import Callable
 
 from qgate.group_prices import Prices
 from qgate.intervals import PairedScorer, difference
-from qgate.mixed import ignored_names, revert
+from qgate.groups import ignored_names
 from qgate.params import Params
-from qgate.pipeline import evaluate_ir, val_images
+from qgate.pipeline import evaluate_model, val_images
+from qgate.runtimes import runtime_for
 from qgate.task_metrics import Scored, TaskMetrics
 from qgate.verdicts import decide
 
@@ -154,8 +155,8 @@ class Search:
     def evaluate(self, selected: list[int], tried: str) -> dict:
         """Real mAP of the INT8 model with `selected` groups in float (compiled as a true mixed-precision model)."""
         chosen, p, key = set(selected), self.params, self.family.key
-        result = evaluate_ir(p, revert(self.int8, self.fp32, self.groups, chosen), self.record, self.executor,
-                                self.val)
+        model = runtime_for(p).revert(self.int8, self.fp32, self.groups, chosen)
+        result = evaluate_model(p, model, self.record, self.executor, self.val)
         if self.scorer is None:
             self.scorer = PairedScorer(result.ground_truth, p.int8_eval.bootstrap_samples, p.int8_eval.seed,
                                        self.family.iou_type)

@@ -1,6 +1,6 @@
-"""The Ray backend: actors that each hold one job's state, items spread over them, a dead worker's items retried.
+"""The Ray executor: actors that each hold one job's state, items spread over them, a dead worker's items retried.
 
-Only `qgate.backends.open_executor` imports this module, and only for `compute.backend: ray`.
+Only `qgate.executors.open_executor` imports this module, and only for `compute.executor: ray`.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ class RayExecutor:
 
     def _gone(self, why: str) -> QgateError:
         return QgateError(f"compute: the Ray cluster at {self.where} is gone or stuck ({why}); check it "
-                          "(`ray status`) or set compute.backend: local")
+                          "(`ray status`) or set compute.executor: local")
 
 
 def connect(compute: ComputeParams) -> None:

@@ -28,11 +28,12 @@ def coco_map(ground_truth: dict, detections: list[dict], iou_type: str = "bbox")
     return map50_95, map50, per_class
 
 
-def matched(ground_truth: dict, detections: list[dict], iou_type: str = "bbox"):
+def matched(ground_truth: dict, detections: list[dict], iou_type: str = "bbox", sizes: bool = False):
     """pycocotools' COCOeval after `evaluate` (detections matched to ground truth per image and class).
 
-    Only the 'all' area range at 100 detections (20 for keypoints, COCO's rule): what summarize() reports as
-    AP and AP50; the small/medium/large and 1/10-detection breakdowns would cost 10x the time.
+    At 100 detections an image (20 for keypoints, COCO's rule): what summarize() reports as AP and AP50. The 'all'
+    area range only unless `sizes`: then COCO's small/medium/large ranges too (pycocotools' defaults: keypoints
+    have no small one), each matched on its own as pycocotools does, for stats[3:6].
     """
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
@@ -42,12 +43,27 @@ def matched(ground_truth: dict, detections: list[dict], iou_type: str = "bbox"):
         gt.dataset = ground_truth
         gt.createIndex()
         evaluator = COCOeval(gt, gt.loadRes(detections), iou_type)
-        evaluator.params.areaRng, evaluator.params.areaRngLbl = [[0, 1e10]], ["all"]
+        if not sizes:
+            evaluator.params.areaRng, evaluator.params.areaRngLbl = [[0, 1e10]], ["all"]
         evaluator.params.maxDets = [20] if iou_type == "keypoints" else [100]  # COCO's keypoint rule: 20 a image
         if "kpt_oks_sigmas" in ground_truth:  # the pose's own keypoints (pycocotools defaults to COCO's 17)
             evaluator.params.kpt_oks_sigmas = np.array(ground_truth["kpt_oks_sigmas"])
         evaluator.evaluate()
     return evaluator
+
+
+def area_entries(evaluator, area: str = "all") -> list[list]:
+    """`matched`'s per-image results of each class in one area range (pycocotools' `evalImgs` is [class][area range]
+    [image]); an entry is None where an image has neither a ground truth nor a detection of the class."""
+    p = evaluator.params
+    images, first = len(p.imgIds), p.areaRngLbl.index(area) * len(p.imgIds)
+    step = len(p.areaRng) * images
+    return [evaluator.evalImgs[k * step + first:k * step + first + images] for k in range(len(p.catIds))]
+
+
+def counted_objects(entry: dict) -> int:
+    """The ground truths of one per-image result that count: not crowd, inside its area range."""
+    return int(np.count_nonzero(np.asarray(entry["gtIgnore"]) == 0))
 
 
 def mean_valid(precision: np.ndarray) -> float:

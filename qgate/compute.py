@@ -2,7 +2,7 @@
 
 A `Job` is module-level functions plus a payload: `setup(payload, threads)` builds a worker's state once
 (a compiled model), `prepare(state, item)` and `work(state, prepared)` turn one item into its result. The
-backend is chosen in `qgate.backends`, from `compute.backend`, and nowhere else; the local one never imports Ray.
+executor is chosen in `qgate.executors`, from `compute.executor`, and nowhere else; the local one never imports Ray.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 import yaml
 
-from qgate.artifacts import fixed_ir, fp32_ir, int8_ir
+from qgate.artifacts import fixed_model, fp32_model, int8_model, weights_file
+from qgate.deploy import quantizer_in_force
 from qgate.io import sha256_file
 from qgate.params import Params, as_dict
 
@@ -70,22 +71,25 @@ def _derived(params: Params, path: str, data: dict, read: Callable[[str], Any]) 
 
 def _hashes(params: Params, path: str, data: dict) -> list[str]:
     """The model files on disk are the ones the file says it measured (a missing one cannot have been swapped)."""
-    files = {params.export.record: [("ir_bin_sha256", fp32_ir(params))],
-             params.quantize.metrics: [("int8_ir_bin_sha256", int8_ir(params))],
-             params.autofix.metrics: [("fixed_ir_bin_sha256", fixed_ir(params))]}.get(path, [])
+    files = {params.export.record: [("ir_bin_sha256", fp32_model(params))],
+             params.quantize.metrics: [("int8_ir_bin_sha256", int8_model(params))],
+             params.autofix.metrics: [("fixed_ir_bin_sha256", fixed_model(params))]}.get(path, [])
     found = []
-    for key, ir in files:
-        weights = ir.with_suffix(".bin")
+    for key, model in files:
+        weights = weights_file(model)
         if data.get(key) and weights.is_file() and sha256_file(weights) != data[key]:
-            found.append(f"{weights} is not the IR it measured ({key} {str(data[key])[:12]})")
+            found.append(f"{weights} is not the model it measured ({key} {str(data[key])[:12]})")
     return found
 
 
 def _recorded_params(params: Params, path: str, data: dict) -> list[str]:
     """The settings a file records are the ones in force (for files judged without DVC's lock beside them)."""
     recorded = {params.export.record: {"imgsz": ("model.imgsz", params.model.imgsz),
-                                       "opset": ("export.opset", params.export.opset)},
-                params.quantize.metrics: {"preset": ("quantize.preset", params.quantize.preset)},
+                                       "opset": ("export.opset", params.export.opset),
+                                       "runtime": ("deploy.runtime", params.deploy.runtime)},
+                params.quantize.metrics: {"preset": ("quantize.preset", params.quantize.preset),
+                                          "quantizer": ("quantize.quantizer", quantizer_in_force(
+                                              params.deploy.runtime, params.quantize.quantizer))},
                 params.int8_eval.metrics: {"bootstrap_samples": ("int8_eval.bootstrap_samples",
                                                                  params.int8_eval.bootstrap_samples)},
                 params.benchmark.metrics: {"hint": ("benchmark.hint", params.benchmark.hint),

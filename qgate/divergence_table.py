@@ -2,34 +2,31 @@
 
 from __future__ import annotations
 
-import openvino as ov
-
-from qgate.divergence import SQNR_CAP_DB, producers
-from qgate.precision import has_weights, upstream_quantizers, weight_quantizer
+from qgate.divergence import SQNR_CAP_DB, LayerFacts
 
 
-def layer_rows(fp32: ov.Model, int8: ov.Model, keys: list, stats: dict, quantizers: dict,
+def layer_rows(inputs_of: dict, int8_ops: dict[str, LayerFacts], keys: list, stats: dict, quantizers: dict,
                concat_ratio: float) -> list[dict]:
-    """One row per layer in topological order with local drop, quantization facts and advice."""
-    inputs_of = producers(fp32)
-    int8_ops = {op.get_friendly_name(): op for op in int8.get_ordered_ops()}
+    """One row per layer in topological order with local drop, quantization facts and advice.
+
+    `inputs_of`: the (name, port) outputs each FP32 op reads; `int8_ops`: what the runtime says of each INT8 op.
+    """
     by_name = {q.name: q for q in quantizers.values()}
     computed = {key: stats[key].row() for key in keys}
     rows, row_of = [], {}
     for index, key in enumerate(keys):
         name, port = key
-        row = {"index": index, "name": name, "port": port, "type": int8_ops[name].get_type_name(), **computed[key]}
+        row = {"index": index, "name": name, "port": port, "type": int8_ops[name].type, **computed[key]}
         sources = [k for k in inputs_of.get(name, []) if k in computed or k[0] not in int8_ops]
         worst = min(sources, key=lambda k: computed[k]["sqnr_db"] if k in computed else 1e9, default=None)
         inherited = computed[worst]["sqnr_db"] if worst in computed else 100.0
         row["local_drop_db"] = round(inherited - row["sqnr_db"], 3)
         row["inherits_error"] = int(inherited < SQNR_CAP_DB)
         row["worst_input"] = worst[0] if worst in computed else ""
-        op = int8_ops[name]
-        fqs = [by_name[fq.get_friendly_name()] for fq in _input_quantizers(op) if fq.get_friendly_name() in by_name]
+        facts = int8_ops[name]
+        fqs = [by_name[fq] for fq in facts.input_quantizers if fq in by_name]
         row["inputs_quantized"] = int(bool(fqs))
-        row["weights_int8"] = int(has_weights(op) and weight_quantizer(
-            op.input_value(1).get_node()) is not None)
+        row["weights_int8"] = int(facts.weights_int8)
         worst_fq = max((q.row() for q in fqs), key=lambda r: r["clip_fraction"], default=None)
         row.update({k: round(worst_fq[k], 6) if worst_fq else "" for k in
                     ("clip_fraction", "clip_error_share", "round_error_share")})
@@ -42,12 +39,6 @@ def layer_rows(fp32: ov.Model, int8: ov.Model, keys: list, stats: dict, quantize
         rows.append(row)
         row_of[name] = row
     return rows
-
-
-def _input_quantizers(op) -> list:
-    weighted = has_weights(op)
-    return [fq for i in range(op.get_input_size()) if not (weighted and i == 1)
-            for fq in upstream_quantizers(op.input_value(i).get_node())]
 
 
 def divergent(rows: list[dict], local_drop_db: float, sqnr_db: float) -> list[dict]:

@@ -1,4 +1,4 @@
-"""OpenVINO IR + image list -> detections (Ultralytics-identical pre/post-processing) -> pycocotools mAP.
+"""A model on its runtime + image list -> detections (Ultralytics-identical pre/post-processing) -> pycocotools mAP.
 
 Prediction is a job (`qgate.compute`): shards of images in, detections out, run by whichever executor.
 """
@@ -10,17 +10,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
-import openvino as ov
 from tqdm import tqdm
 
 from qgate.cocoeval import coco_map
 from qgate.compute import Job, LocalExecutor
 from qgate.errors import QgateError
 from qgate.heads import Postprocess
-from qgate.runtime import PortableModel, compile_model, infer_pipelined, measured_precision
 from qgate.tasks import Detect, Letterbox
 
 PAD_VALUE = 114
@@ -51,15 +50,19 @@ class Evaluation:
         return self.images / self.seconds if self.seconds else 0.0
 
 
-def load_image(source: Path | EncodedImage, imgsz: int) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
+def load_image(source: Path | EncodedImage, imgsz: int, shift=None,
+               index: int = 0) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
     """Decode BGR and resize the long side to imgsz like Ultralytics' dataset; return (image, hw0, hw).
 
     Decoded from the file's bytes, as Ultralytics' `imread` does, so a path and its bytes give the same pixels.
+    A `shift` (`qgate.shifts.Shift`) changes the decoded image, the `index`-th of its split, before the resize.
     """
     name, data = (source.name, source.data) if isinstance(source, EncodedImage) else (source, _read_bytes(source))
     image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR) if data else None
     if image is None:
         raise QgateError(f"{name}: unreadable image; replace it or remove it from the split")
+    if shift is not None:
+        image = shift(image, index)
     h0, w0 = image.shape[:2]
     ratio = imgsz / max(h0, w0)
     if ratio != 1:
@@ -117,11 +120,13 @@ def portable_images(images: list[Path], remote: bool) -> Iterator[Path | Encoded
 class Predictor:
     """What a worker compiles and how it turns images into predictions (the payload of a prediction job)."""
 
-    model: PortableModel | ov.CompiledModel
+    runtime: Any  # qgate.runtimes.Runtime
+    model: Any  # the runtime's portable model, or (local only) one it compiled
     precision: str
     imgsz: int
     settings: Postprocess
     task: Detect
+    shift: Any = None  # qgate.shifts.Shift: the images as a deployed camera might deliver them
 
 
 @dataclass(frozen=True)
@@ -165,10 +170,10 @@ def shards(images: list[Path], remote: bool, size: int) -> Iterator[Shard]:
 
 
 def _compile_predictor(predictor: Predictor, threads: int | None) -> tuple[tuple, str]:
-    compiled = predictor.model
-    if not isinstance(compiled, ov.CompiledModel):
-        compiled = compile_model(predictor.model.load(), predictor.precision, threads=threads)
-    return (compiled, predictor), measured_precision(compiled)
+    runtime, compiled = predictor.runtime, predictor.model
+    if not runtime.is_compiled(compiled):
+        compiled = runtime.compile(predictor.model.load(), predictor.precision, threads=threads)
+    return (compiled, predictor), runtime.measured_precision(compiled)
 
 
 def _predict_shard(state: tuple, shard: Shard) -> list[tuple[list[dict], tuple[int, int]]]:
@@ -176,10 +181,10 @@ def _predict_shard(state: tuple, shard: Shard) -> list[tuple[list[dict], tuple[i
     compiled, predictor = state
     imgsz = predictor.imgsz
     results: list = [None] * len(shard.images)
-    takes_uint8 = compiled.input(0).get_element_type() == ov.Type.u8  # compile_model's in-graph preprocessing
+    takes_uint8 = predictor.runtime.takes_uint8(compiled)
 
     def prepare(index: int) -> tuple[dict, tuple]:
-        image, hw0, hw = load_image(shard.images[index], imgsz)
+        image, hw0, hw = load_image(shard.images[index], imgsz, predictor.shift, shard.start + index)
         padded, pad = letterbox(image, imgsz)
         return {0: padded[None] if takes_uint8 else to_tensor(padded)}, (index, Letterbox(hw0, hw, pad))
 
@@ -189,22 +194,24 @@ def _predict_shard(state: tuple, shard: Shard) -> list[tuple[list[dict], tuple[i
         results[index] = (predictor.task.predictions(first, predictor.settings, shard.start + index, geometry),
                           geometry.hw0)
 
-    infer_pipelined(compiled, range(len(shard.images)), prepare, consume, predictor.task.outputs)
+    predictor.runtime.infer_pipelined(compiled, range(len(shard.images)), prepare, consume, predictor.task.outputs)
     return results
 
 
-def evaluate(model: str | Path | ov.Model | ov.CompiledModel, images: list[Path], names: tuple[str, ...], imgsz: int,
+def evaluate(runtime, model, images: list[Path], names: tuple[str, ...], imgsz: int,
              settings: Postprocess = Postprocess(), task=Detect(), precision: str = "f32", executor=None,
-             shard_images: int = 16) -> Evaluation:
-    """Predict on `images` (locally unless `executor` says otherwise) and score against their YOLO labels.
+             shard_images: int = 16, shift=None) -> Evaluation:
+    """Predict on `images` with `model` on `runtime` (locally unless `executor` says otherwise) and score against
+    their YOLO labels; each image shifted by `shift` first (`qgate.shifts.Shift`) when given.
 
-    A compiled model runs as it is (local only); a path or ov.Model is compiled at `precision` by each worker.
+    A compiled model runs as it is (local only); a path or the runtime's model is compiled at `precision` by each
+    worker.
     """
     executor = executor or LocalExecutor()
-    source = model if isinstance(model, ov.CompiledModel) else PortableModel(model)
+    source = model if runtime.is_compiled(model) else runtime.portable(model)
     start = time.perf_counter()
-    per_image, shapes, precisions = predict(executor, Predictor(source, precision, imgsz, settings, task), images,
-                                            shard_images)
+    predictor = Predictor(runtime, source, precision, imgsz, settings, task, shift)
+    per_image, shapes, precisions = predict(executor, predictor, images, shard_images)
     return score(images, names, per_image, shapes, time.perf_counter() - start, precisions, task)
 
 

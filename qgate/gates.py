@@ -13,6 +13,7 @@ from typing import Any, Callable
 from qgate.consistency import problems
 from qgate.cpu import describe
 from qgate.io import sha256_file
+from qgate.paste import paste_block
 from qgate.params import Params
 from qgate.task_metrics import Scored, recorded
 from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, decide, samples_to_resolve
@@ -137,8 +138,8 @@ class Metrics:
     def _check_current(self, path: str, data: dict) -> None:
         # (hash key, the file that owns it, what the hash names, how that file states it)
         owners = [("model_sha256", self.params.export.record, "model", "is model"),
-                  ("ir_bin_sha256", self.params.export.record, "FP32 IR", "wrote"),
-                  ("int8_ir_bin_sha256", self.params.quantize.metrics, "INT8 IR", "wrote")]
+                  ("ir_bin_sha256", self.params.export.record, "FP32 model", "wrote"),
+                  ("int8_ir_bin_sha256", self.params.quantize.metrics, "INT8 model", "wrote")]
         for key, owner, what, states in owners:
             if path == owner or key not in data:
                 continue
@@ -180,6 +181,11 @@ def gates(params: Params) -> list[Gate]:
         Gate("accuracy_per_class_drop" if own.is_box else f"accuracy_per_class_{own.label}_drop",
              f"worst class {own.key()} drop", g.max_class_map50_95_drop, "<=", _reader(_class_drop, own),
              f"worst class's {own.title()} drop"),
+        *(Gate(f"accuracy_{own.key(f'{rate}_at_conf_drop')}", own.key(f"{rate}_at_conf_drop"), limit, "<=",
+               _reader(_at_conf_drop, own, rate), f"{own.title(title)} at deploy.conf drop, FP32 - INT8")
+          for rate, title, limit in (("recall", "recall", g.max_recall_drop), ("f1", "F1", g.max_f1_drop))),
+        Gate(f"accuracy_{own.key('small_map50_95_drop')}", own.key("small_map50_95_drop"), g.max_small_map50_95_drop,
+             "<=", _reader(_small_drop, own), f"{own.title()} drop on small objects"),
         Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, "<=", _latency, "INT8 median latency, ms"),
         Gate("speed_speedup", "speedup_fps", g.min_speedup, ">=", _speedup, "INT8 / FP32 throughput, x"),
         Gate("drift_detection_error", "detection_error", g.max_detection_error, "<=", _detection_error,
@@ -188,7 +194,7 @@ def gates(params: Params) -> list[Gate]:
         Gate("drift_layers_below_floor", "layers_below_sqnr_floor_frac", g.max_layers_below_sqnr_floor_frac, "<=",
              _layers_below, "layers below the SQNR floor"),
         Gate("structure_op_inventory", "fp32 ops missing from int8", 0, "<=", _inventory, "FP32 ops missing in INT8"),
-        Gate("structure_quantized", "fake_quantize_count", 1, ">=", _quantized, "FakeQuantize ops in INT8"),
+        Gate("structure_quantized", "quantizer_count", 1, ">=", _quantized, "quantizers in INT8"),
         Gate("structure_ignored_scope_float", "ignored ops not float", 0, "<=", _ignored_float,
              "ignored ops not in float"),
         Gate("provenance_same_model", "files from another model", 0, "<=", _provenance,
@@ -375,9 +381,9 @@ def _resolution(m: Metrics, half_width: float, limit: float, what: str) -> str:
     return text
 
 
-def _reader(read: Callable, family: Scored) -> Callable[["Metrics", Any], Reading]:
-    """`read(m, limit, family)` as a gate's reader of one metric family."""
-    return lambda m, limit: read(m, limit, family)
+def _reader(read: Callable, family: Scored, *args) -> Callable[["Metrics", Any], Reading]:
+    """`read(m, limit, family, *args)` as a gate's reader of one metric family."""
+    return lambda m, limit: read(m, limit, family, *args)
 
 
 def _map_drop(m: Metrics, limit: float, family: Scored) -> Reading:
@@ -416,6 +422,70 @@ def _class_drop(m: Metrics, limit: float, family: Scored) -> Reading:
     name, drop = max(drops, key=lambda item: item[1])
     return Reading(drop, f"class '{name}' (FP32 {fp32[name]:.4f}, INT8 {int8[name]:.4f}); {_accuracy_hint(m)}",
                    caveat="a point estimate: one class has few instances, far noisier than the overall drop")
+
+
+def _at_conf_drop(m: Metrics, limit: float, family: Scored, rate: str) -> Reading:
+    """A rate's drop at the deployed threshold; when INT8's scores moved, the advice is a threshold."""
+    path, key = m.params.int8_eval.metrics, family.key(f"{rate}_at_conf")
+    conf, int8_conf = m.number(path, "deploy_conf"), m.number(path, "deploy_int8_conf")
+    fp32, int8 = m.number(path, f"baseline_{key}"), m.number(path, key)
+    shift = _score_shift(m, family)
+    at = f"at {conf:g}" + (f" (INT8 at {int8_conf:g})" if int8_conf != conf else "")
+    caveat = f"FP32 {rate} {fp32:.4f}, INT8 {int8:.4f} {at}" + (f"; {shift}" if shift else "")
+    half = (m.number(path, f"{key}_drop_ci_high") - m.number(path, f"{key}_drop_ci_low")) / 2
+    caveat += f"; {_resolution(m, half, limit, f'{rate} drops')}"
+    return _with_interval(m, path, f"{key}_drop", _threshold_advice(m, family) or _accuracy_hint(m), caveat)
+
+
+def _score_shift(m: Metrics, family: Scored) -> str:
+    """'INT8 scores the objects FP32 finds -0.12 [-0.14, -0.10] lower (median of 210)', or '' without pairs."""
+    path, key = m.params.int8_eval.metrics, family.key("score_shift")
+    if m.value(path, key) is None:
+        return ""
+    shift = m.number(path, key)
+    return (f"median score shift INT8 - FP32 {shift:+.4f} [{m.number(path, f'{key}_ci_low'):+.4f}, "
+            f"{m.number(path, f'{key}_ci_high'):+.4f}] over {int(m.number(path, f'{key}_objects'))} objects both find")
+
+
+def scores_moved(m: Metrics, family: Scored) -> bool:
+    """Whether INT8's scores moved beyond noise: the score shift's interval excludes 0."""
+    path, key = m.params.int8_eval.metrics, family.key("score_shift")
+    if m.value(path, key) is None:
+        return False
+    return m.number(path, f"{key}_ci_high") < 0 or m.number(path, f"{key}_ci_low") > 0
+
+
+def _threshold_advice(m: Metrics, family: Scored) -> str:
+    """The `deploy.int8_conf` that restores FP32's recall, as a block to paste, when INT8's scores moved."""
+    path = m.params.int8_eval.metrics
+    if not scores_moved(m, family):
+        return ""
+    advised = m.value(path, family.key("advised_int8_conf"))
+    conf, recall = m.number(path, "deploy_conf"), m.number(path, f"baseline_{family.key('recall_at_conf')}")
+    if advised is None:
+        return (f"INT8's scores moved ({_score_shift(m, family)}), and no INT8 threshold finds as many objects as "
+                f"FP32 at {conf:g} (recall {recall:.4f}): lowering the threshold cannot fix it; "
+                + _accuracy_hint(m))
+    precision = m.number(path, family.key("advised_int8_precision"))
+    fp32_precision = m.number(path, f"baseline_{family.key('precision_at_conf')}")
+    block = paste_block(f"INT8 at {advised:g} finds what FP32 finds at {conf:g}: recall "
+                        f"{m.number(path, family.key('advised_int8_recall')):.4f} (FP32 {recall:.4f}), precision "
+                        f"{precision:.4f} (FP32 {fp32_precision:.4f}), measured on the "
+                        f"{int(m.number(path, 'images'))} '{m.params.baseline.split}' images", {"int8_conf": advised})
+    return (f"INT8's scores moved ({_score_shift(m, family)}): ship INT8 at its own threshold. Paste this under "
+            f"`deploy:` in params.yaml:\n{block}")
+
+
+def _small_drop(m: Metrics, limit: float, family: Scored) -> Reading:
+    path, key = m.params.int8_eval.metrics, family.key("small_map50_95")
+    objects = m.value(path, f"{family.prefix}small_objects")
+    if not objects:
+        raise MetricsUnavailable(f"{path}: no small object in the '{m.params.baseline.split}' split "
+                                 f"({family.title()} has no small range, or none is under 32x32 pixels): set "
+                                 "gates.max_small_map50_95_drop to null")
+    caveat = (f"{objects} small objects; FP32 {m.number(path, f'baseline_{key}'):.4f}, INT8 "
+              f"{m.number(path, key):.4f}")
+    return _with_interval(m, path, f"{key}_drop", _accuracy_hint(m), caveat)
 
 
 def _per_class(m: Metrics, path: str, sibling: str, key: str) -> dict[str, float | None]:
@@ -470,11 +540,11 @@ def _layers_below(m: Metrics, limit: float) -> Reading:
 
 def _inventory(m: Metrics, limit: int) -> Reading:
     missing = m.value(m.params.quantize.record, "fp32_ops_missing")
-    return Reading(len(missing), f"FP32 ops absent from the INT8 IR: {', '.join(missing[:5])}")
+    return Reading(len(missing), f"FP32 ops absent from the INT8 model: {', '.join(missing[:5])}")
 
 
 def _quantized(m: Metrics, limit: int) -> Reading:
-    return Reading(int(m.number(m.params.quantize.metrics, "fake_quantize_count")),
+    return Reading(int(m.number(m.params.quantize.metrics, "quantizer_count")),
                    "quantize.ignored_scope (types or patterns that match every op?)")
 
 

@@ -1,5 +1,5 @@
-"""What a quantizer group kept in float costs in speed: benchmark_app pairs of the fixed model and the same model
-with that one group back in INT8."""
+"""What a quantizer group kept in float costs in speed: timed pairs (`benchmark_app` on OpenVINO) of the fixed model
+and the same model with that one group back in INT8."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import openvino as ov
-
-from qgate.artifacts import INT8_IR_NAME
-from qgate.benchmark_app import benchmark_round
+from qgate.artifacts import model_name
 from qgate.intervals import Interval, ratio_interval
-from qgate.mixed import Group, revert
+from qgate.groups import Group
 from qgate.params import Params
+from qgate.runtimes import Runtime, runtime_for
+from qgate.speed_rounds import speed_round
 
 PRICE_COLUMNS = ["group", "first_op", "ops", "speed_in_int8", "speed_in_int8_ci_low", "speed_in_int8_ci_high",
                  "measured_with_groups_float"]
@@ -30,27 +29,30 @@ class Prices:
     groups_float: int  # the fixed model's float groups when the prices were measured
 
 
-def price_groups(params: Params, int8: ov.Model, fp32: ov.Model, groups: list[Group], chosen: list[int],
-                 int8_ir: Path) -> Prices:
+def price_groups(params: Params, int8, fp32, groups: list[Group], chosen: list[int],
+                 int8_path: Path) -> Prices:
     """`autofix.price_rounds` interleaved rounds of the fixed model (every `chosen` group float), of each
-    one-group-less model and of the plain INT8 IR (benchmark_app, `autofix.price_seconds` a run)."""
+    one-group-less model and of the plain INT8 model (the runtime's timed run, `autofix.price_seconds` each)."""
+    runtime = runtime_for(params)
     cfg = dataclasses.replace(params.benchmark, seconds=params.autofix.price_seconds)
     level = params.benchmark.ci_level
     with tempfile.TemporaryDirectory() as tmp:
-        irs = {"fixed": _saved(revert(int8, fp32, groups, set(chosen)), Path(tmp) / "fixed"), "int8": int8_ir}
+        name = model_name(params, "int8")
+        irs = {"fixed": _saved(runtime, runtime.revert(int8, fp32, groups, set(chosen)), Path(tmp) / "fixed" / name),
+               "int8": int8_path}
         for group in chosen:
-            irs[f"g{group}"] = _saved(revert(int8, fp32, groups, set(chosen) - {group}), Path(tmp) / f"g{group}")
+            irs[f"g{group}"] = _saved(runtime, runtime.revert(int8, fp32, groups, set(chosen) - {group}),
+                                      Path(tmp) / f"g{group}" / name)
         speeds: dict[str, list[float]] = {}
         for _ in range(params.autofix.price_rounds):
-            benchmark_round(irs, params.baseline.inference_precision, cfg, Path(tmp) / "reports",
-                            params.model.imgsz, speeds, "autofix price")
+            speed_round(runtime, irs, params.baseline.inference_precision, cfg, Path(tmp) / "reports",
+                        params.model.imgsz, speeds, "autofix price")
     return Prices({g: ratio_interval(speeds[f"g{g}"], speeds["fixed"], level) for g in chosen},
                   ratio_interval(speeds["int8"], speeds["fixed"], level), len(chosen))
 
 
-def _saved(model: ov.Model, folder: Path) -> Path:
-    path = folder / INT8_IR_NAME
-    ov.save_model(model, path, compress_to_fp16=False)
+def _saved(runtime: Runtime, model, path: Path) -> Path:
+    runtime.save(model, path)
     return path
 
 

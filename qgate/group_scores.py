@@ -5,15 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import openvino as ov
 
 from qgate.compute import Job, LocalExecutor
 from qgate.evaluator import EncodedImage, image_tensor, portable_images
 from qgate.heads import Postprocess
-from qgate.mixed import Group, revert
-from qgate.runtime import PortableModel, compile_model, head_outputs
+from qgate.groups import Group
 from qgate.tasks import Detect
 
 COMPILE_AHEAD = 2  # local: groups compiled on threads ahead of the one inferring
@@ -21,10 +20,11 @@ COMPILE_AHEAD = 2  # local: groups compiled on threads ahead of the one inferrin
 
 @dataclass(frozen=True)
 class GroupScoring:
-    """What a worker needs: both models, the ranking images, and FP32's outputs and detections on them."""
+    """What a worker needs: the runtime, both models, the ranking images, and FP32's outputs and detections on them."""
 
-    fp32: PortableModel
-    int8: PortableModel
+    runtime: Any  # qgate.runtimes.Runtime
+    fp32: Any  # the runtime's portable models
+    int8: Any
     groups: list[Group]
     images: list[Path | EncodedImage]
     imgsz: int
@@ -38,7 +38,7 @@ class GroupScoring:
     error: Callable
 
 
-def score_groups(fp32: ov.Model, int8: ov.Model, groups: list[Group], images: list[Path], imgsz: int,
+def score_groups(runtime, fp32, int8, groups: list[Group], images: list[Path], imgsz: int,
                  precision: str, settings: Postprocess, iou: float, confidence: float, task, error=None,
                  executor=None) -> dict:
     """Detection error against FP32 (on its confident detections) and detection disagreement, per group and image.
@@ -53,14 +53,14 @@ def score_groups(fp32: ov.Model, int8: ov.Model, groups: list[Group], images: li
     error = error or task.detection_error
     executor = executor or LocalExecutor()
     inputs = [image_tensor(path, imgsz) for path in images]
-    reference = head_outputs(compile_model(fp32, precision, uint8_input=False), inputs, task.outputs)
-    quantized = head_outputs(compile_model(int8, precision, uint8_input=False), inputs, task.outputs)
+    reference = runtime.head_outputs(runtime.compile(fp32, precision, uint8_input=False), inputs, task.outputs)
+    quantized = runtime.head_outputs(runtime.compile(int8, precision, uint8_input=False), inputs, task.outputs)
     # none on an empty image: it adds no error (every anchor's box there is noise, which drowned the rest)
     masks = [task.confident(f, confidence) for f in reference]
     base = np.array([error(q, f, m) for q, f, m in zip(quantized, reference, masks)])
     if not base.any():  # FP32 confident nowhere, or INT8 exactly FP32 there: no group can remove anything
         return {"base": base, "errors": None, "disagreements": None}
-    payload = GroupScoring(PortableModel(fp32), PortableModel(int8), groups,
+    payload = GroupScoring(runtime, runtime.portable(fp32), runtime.portable(int8), groups,
                            list(portable_images(images, executor.remote)), imgsz, precision, reference, masks,
                            [task.predictions(f, settings, 0) for f in reference], settings, iou, task, error)
     job = Job(setup=_load, prepare=_compile_group, work=_score_group, payload=payload, prepare_ahead=COMPILE_AHEAD)
@@ -75,16 +75,16 @@ def _load(scoring: GroupScoring, threads: int | None) -> tuple[dict, None]:
     return state, None
 
 
-def _compile_group(state: dict, group: int) -> ov.CompiledModel:
+def _compile_group(state: dict, group: int):
     scoring = state["scoring"]
-    model = revert(state["int8"], state["fp32"], scoring.groups, {group})
-    return compile_model(model, scoring.precision, threads=state["threads"], uint8_input=False)
+    model = scoring.runtime.revert(state["int8"], state["fp32"], scoring.groups, {group})
+    return scoring.runtime.compile(model, scoring.precision, threads=state["threads"], uint8_input=False)
 
 
-def _score_group(state: dict, compiled: ov.CompiledModel) -> tuple[list[float], list[float]]:
+def _score_group(state: dict, compiled) -> tuple[list[float], list[float]]:
     """One group's detection error and disagreement per ranking image."""
     s = state["scoring"]
-    outputs = head_outputs(compiled, state["inputs"], s.task.outputs)
+    outputs = s.runtime.head_outputs(compiled, state["inputs"], s.task.outputs)
     errors = [s.error(o, f, m) for o, f, m in zip(outputs, s.reference, s.masks)]
     disagreements = [disagreement(d, s.task.predictions(o, s.settings, 0), s.iou, s.task)
                      for o, d in zip(outputs, s.fp32_detections)]

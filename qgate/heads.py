@@ -22,12 +22,9 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
-import openvino as ov
 
 from qgate.errors import QgateError
-from qgate.precision import has_weights, weight_constant
 
-NOT_COMPUTED = {"Constant", "Parameter", "Result"}
 CLASS_OFFSET = 7680  # Ultralytics' max_wh: separates classes so one NMS pass is class-aware
 MAX_NMS_CANDIDATES = 30000
 END2END_COLUMNS = 6
@@ -147,9 +144,8 @@ class End2EndHead:
 HEADS = {head.layout: head for head in (RawHead, End2EndHead)}
 
 
-def output_layout(model: ov.Model, num_classes: int, where: str, extra: int = 0) -> str:
+def output_layout(shape: list[int], num_classes: int, where: str, extra: int = 0) -> str:
     """`raw` or `end2end` from the first output's static shape; an error for any other layout."""
-    shape = [int(d) for d in model.outputs[0].get_shape()]
     if len(shape) == 3 and shape[1] == 4 + num_classes + extra:
         return "raw"
     if len(shape) == 3 and shape[2] == END2END_COLUMNS + extra:
@@ -157,58 +153,6 @@ def output_layout(model: ov.Model, num_classes: int, where: str, extra: int = 0)
     plus = f"+{extra}" if extra else ""
     raise QgateError(f"{where}: output shape {shape} is neither [1, 4+{num_classes}{plus}, anchors] nor "
                      f"[1, K, 6{plus}]; qgate judges Ultralytics YOLO heads only")
-
-
-def decode_ops(model: ov.Model) -> list[str]:
-    """Friendly names of the head decode: every op an output depends on without crossing a learned layer.
-
-    Learned layers are convolutions and matrix products with trained weights, and the bias Add that follows
-    one. DFL's convolution has fixed weights 0..reg_max-1 (a weighted sum, not a learned layer) and belongs to
-    the decode. In graph order.
-    """
-    return _in_graph_order(model, _walk_head(model)[0])
-
-
-def output_layers(model: ov.Model) -> list[str]:
-    """Friendly names of the learned layers the head decode starts from: the last convolution of each branch
-    that feeds an output (boxes, classes, mask coefficients, keypoints, mask prototypes). In graph order."""
-    return _in_graph_order(model, _walk_head(model)[1])
-
-
-def _walk_head(model: ov.Model) -> tuple[set[str], set[str]]:
-    """(decode ops, output layers): walk back from every output until a learned layer."""
-    inside: set[str] = set()
-    frontier: set[str] = set()
-    stack = [result.input_value(0).get_node() for result in model.get_results()]
-    while stack:
-        op = stack.pop()
-        name = op.get_friendly_name()
-        if name in inside or op.get_type_name() in NOT_COMPUTED:
-            continue
-        if _learned(op) or _bias_of_learned(op):
-            frontier.add(name if _learned(op) else op.input_value(0).get_node().get_friendly_name())
-            continue
-        inside.add(name)
-        stack += [op.input_value(i).get_node() for i in range(op.get_input_size())]
-    return inside, frontier
-
-
-def _in_graph_order(model: ov.Model, names: set[str]) -> list[str]:
-    return [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_friendly_name() in names]
-
-
-def _learned(op) -> bool:
-    if not has_weights(op):
-        return False  # activation x activation (attention) has no weights: part of whatever feeds it
-    flat = weight_constant(op.input_value(1)).get_data().ravel()
-    return not np.array_equal(flat, np.arange(flat.size, dtype=flat.dtype))  # DFL's fixed 0..reg_max-1
-
-
-def _bias_of_learned(op) -> bool:
-    if op.get_type_name() != "Add":
-        return False
-    sources = [op.input_value(i).get_node() for i in range(2)]
-    return _learned(sources[0]) and weight_constant(op.input_value(1)) is not None
 
 
 def _xywh_to_xyxy(xywh: np.ndarray) -> np.ndarray:

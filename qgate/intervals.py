@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qgate.cocoeval import matched, mean_valid
+from qgate.cocoeval import area_entries, counted_objects, matched, mean_valid
 
 CHUNK_ELEMENTS = 4_000_000  # resamples x IoU thresholds x detections per array: ~32 MB of float64 at a time
 RESAMPLE_CHUNK = 50  # resamples whose precision arrays [IoU, recall, class] are held at once (~32 MB for 80 classes)
@@ -98,7 +98,10 @@ class _ClassMatches:
 class ImageMatches:
     """One model's detections matched to the ground truth per image (pycocotools `evaluate`), for weighted mAP."""
 
-    def __init__(self, ground_truth: dict, detections: list[dict], iou_type: str = "bbox"):
+    def __init__(self, ground_truth: dict, detections: list[dict], iou_type: str = "bbox", evaluator=None,
+                 area: str = "all"):
+        """`evaluator`: `matched`'s of these detections when the caller has it (with `sizes`, for an `area` other
+        than 'all': small, medium, large)."""
         self.images = len(ground_truth["images"])
         self.classes: list[_ClassMatches | None] = []
         if not detections or not ground_truth["annotations"]:
@@ -107,12 +110,11 @@ class ImageMatches:
             self.empty = True
             return
         self.empty = False
-        evaluator = matched(ground_truth, detections, iou_type)  # the settings of qgate.cocoeval.coco_map
+        evaluator = evaluator or matched(ground_truth, detections, iou_type)  # the settings of cocoeval.coco_map
         p = evaluator.params
         self.rec_thresholds, self.iou_thresholds = p.recThrs, len(p.iouThrs)
         image_position = {image_id: i for i, image_id in enumerate(p.imgIds)}
-        for k in range(len(p.catIds)):
-            entries = evaluator.evalImgs[k * len(p.imgIds):(k + 1) * len(p.imgIds)]
+        for entries in area_entries(evaluator, area):
             self.classes.append(_class_matches(entries, image_position, self.images, p.maxDets[-1]))
 
     def map(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +142,7 @@ def _class_matches(entries: list, image_position: dict, images: int, max_det: in
         return None  # no ground truth and no detection of this class anywhere: pycocotools skips it (AP -1)
     gt_counts = np.zeros(images, dtype=np.int64)
     for e in entries:
-        gt_counts[image_position[e["image_id"]]] = np.count_nonzero(np.asarray(e["gtIgnore"]) == 0)
+        gt_counts[image_position[e["image_id"]]] = counted_objects(e)
     scores = np.concatenate([e["dtScores"][:max_det] for e in entries])
     image = np.concatenate([np.full(len(e["dtScores"][:max_det]), image_position[e["image_id"]]) for e in entries])
     order = np.argsort(-scores, kind="mergesort")  # pycocotools' order, ties by image
@@ -225,9 +227,10 @@ class PairedScorer:
         self.weights = np.vstack([np.ones((1, images), dtype=np.int64), resample_weights(images, samples, seed)])
         self.samples = samples
 
-    def scores(self, detections: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-        """mAP50-95 and mAP50: index 0 on the full set, then one per resample."""
-        return ImageMatches(self.ground_truth, detections, self.iou_type).map(self.weights)
+    def scores(self, detections: list[dict], evaluator=None, area: str = "all") -> tuple[np.ndarray, np.ndarray]:
+        """mAP50-95 and mAP50: index 0 on the full set, then one per resample (of objects in `area`, from
+        `evaluator` when given: `ImageMatches`)."""
+        return ImageMatches(self.ground_truth, detections, self.iou_type, evaluator, area).map(self.weights)
 
 
 def difference(a: np.ndarray, b: np.ndarray, level: float) -> Interval:
@@ -237,15 +240,16 @@ def difference(a: np.ndarray, b: np.ndarray, level: float) -> Interval:
 
 def paired_drop(ground_truth: dict, reference: list[dict], candidate: list[dict], samples: int, level: float,
                 seed: int, points: tuple[float, float, float, float] | None = None,
-                iou_type: str = "bbox") -> PairedDrop:
+                iou_type: str = "bbox", evaluators: tuple = (None, None), area: str = "all") -> PairedDrop:
     """Paired bootstrap of the mAP drop from `reference` to `candidate` detections (same resampled images).
 
     `points` (FP32 mAP50-95, INT8 mAP50-95, FP32 mAP50, INT8 mAP50) are the full-set estimates; when None they
-    are computed here with every weight 1.
+    are computed here with every weight 1. `evaluators`: both lists' `matched` when the caller has them (with
+    `sizes`, to score the objects of one `area` range).
     """
     scorer = PairedScorer(ground_truth, samples, seed, iou_type)
-    ref_map, ref_map50 = scorer.scores(reference)
-    cand_map, cand_map50 = scorer.scores(candidate)
+    ref_map, ref_map50 = scorer.scores(reference, evaluators[0], area)
+    cand_map, cand_map50 = scorer.scores(candidate, evaluators[1], area)
     ref_point, cand_point, ref50_point, cand50_point = points or (ref_map[0], cand_map[0], ref_map50[0],
                                                                    cand_map50[0])
     return PairedDrop(

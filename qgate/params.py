@@ -60,8 +60,21 @@ class ModelParams:
 
 
 @dataclass(frozen=True)
+class DeployParams:
+    """`deploy:` where the INT8 model will run, and at which threshold: where every stage builds and judges it."""
+
+    runtime: str
+    conf: float
+    int8_conf: float | None
+    # outputs of `make runtimes` (stages/runtimes.py): fixed paths, not keys
+    runtimes_metrics = "metrics/runtimes.json"
+    runtimes_csv = "reports/runtimes.csv"
+    runtimes_table = "reports/runtimes.md"
+
+
+@dataclass(frozen=True)
 class ExportParams:
-    """`export:` .pt -> static ONNX -> FP32 OpenVINO IR."""
+    """`export:` .pt -> static ONNX -> the runtime's FP32 model."""
 
     opset: int
     end2end: bool
@@ -72,7 +85,7 @@ class ExportParams:
 
 @dataclass(frozen=True)
 class BaselineParams:
-    """`baseline:` FP32 mAP of the exported IR with pycocotools."""
+    """`baseline:` FP32 mAP of the exported model with pycocotools."""
 
     inference_precision: str
     split: str
@@ -104,9 +117,19 @@ class IgnoredScopeParams:
 
 
 @dataclass(frozen=True)
-class QuantizeParams:
-    """`quantize:` NNCF post-training INT8 quantization of the FP32 IR."""
+class OnnxRuntimeQuantizeParams:
+    """`quantize.onnxruntime:` ONNX Runtime's `quantize_static` (quantize.quantizer: onnxruntime)."""
 
+    calibrate_method: str
+    per_channel: bool
+    op_types: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class QuantizeParams:
+    """`quantize:` post-training INT8 quantization of the FP32 model (NNCF, or ONNX Runtime's own quantizer)."""
+
+    quantizer: str
     preset: str
     model_type: str
     smooth_quant_alpha: float
@@ -119,6 +142,7 @@ class QuantizeParams:
     keep_decode_float: bool
     keep_output_layers_float: bool
     ignored_scope: IgnoredScopeParams
+    onnxruntime: OnnxRuntimeQuantizeParams
     # outputs: fixed paths, not keys
     out_dir = "models/int8"
     precision_table = "reports/precision_table.csv"
@@ -128,7 +152,7 @@ class QuantizeParams:
 
 @dataclass(frozen=True)
 class Int8EvalParams:
-    """`int8_eval:` the INT8 IR measured like the baseline, plus the images that changed most."""
+    """`int8_eval:` the INT8 model measured like the baseline, plus the images that changed most."""
 
     bad_case_conf: float
     bad_case_iou: float
@@ -144,7 +168,7 @@ class Int8EvalParams:
 
 @dataclass(frozen=True)
 class BenchmarkParams:
-    """`benchmark:` benchmark_app on the FP32 and INT8 IRs with identical settings."""
+    """`benchmark:` the FP32 and INT8 models timed with identical settings (OpenVINO: benchmark_app)."""
 
     device: str
     hint: str
@@ -214,6 +238,7 @@ class AutofixParams:
 class TuneSpaceParams:
     """`tune.space:` the quantize values to try; every combination is a candidate."""
 
+    quantizer: tuple[str, ...]
     preset: tuple[str, ...]
     model_type: tuple[str, ...]
     smooth_quant_alpha: tuple[float, ...]
@@ -253,6 +278,9 @@ class GatesParams:
     max_map50_95_drop_rel: float | None
     min_int8_map50_95: float | None
     max_class_map50_95_drop: float | None
+    max_recall_drop: float | None
+    max_f1_drop: float | None
+    max_small_map50_95_drop: float | None
     max_latency_ms: float | None
     min_speedup: float
     max_detection_error: float
@@ -282,7 +310,7 @@ class PromoteParams:
 class ComputeParams:
     """`compute:` where evaluations run: in this process (local) or on Ray actors (a private instance or a cluster)."""
 
-    backend: str
+    executor: str
     address: str | None
     workers: int | None
     cpus_per_worker: int
@@ -296,6 +324,7 @@ class Params:
 
     demo: DemoParams
     model: ModelParams
+    deploy: DeployParams
     export: ExportParams
     baseline: BaselineParams
     quantize: QuantizeParams
@@ -363,6 +392,8 @@ def _build(cls: type, raw: Any, path: Path, prefix: str, retired: list[str]) -> 
 # Keys earlier releases had, with the value they shipped and what replaced them: the old value is accepted
 # (with the notice), another one is an error naming the replacement, since it can no longer be honoured.
 REPLACED = {
+    # one word, one meaning: a runtime runs the model (deploy.runtime); an executor runs qgate's jobs
+    "compute.backend": ("local", "compute.executor (renamed; the same values: local or ray)"),
     "gates.min_output_sqnr_db": (25, "gates.max_detection_error (INT8's error on the detections, not the SQNR "
                                      "of the whole output tensor, whose background anchors do not matter)"),
     "gates.max_layers_below_sqnr_floor": (80, "gates.max_layers_below_sqnr_floor_frac (a fraction of the model's "

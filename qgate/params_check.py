@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from qgate.errors import QgateError
+from qgate.deploy import RUNTIMES
 
 INFERENCE_PRECISIONS = ("f32", "bf16", "f16")
 REGISTRY_NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9-/_]*[a-zA-Z0-9])?")  # gto.constants' artifact/stage rule
@@ -17,16 +18,22 @@ RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5}")  # a Ray client
 RANGE_ESTIMATORS = ("default", "minmax", "mean_minmax", "median_minmax", "mean_no_outliers_minmax", "mean_quantile",
                     "histogram")  # `default`: NNCF's for the preset; the others: nncf's RangeEstimatorParametersSet
 MAX_IMGSZ = 4096  # larger sides need more memory than a CI runner has; no YOLO checkpoint is trained above 1536
-OPTIONAL_GATES = ("max_map50_95_drop_rel", "min_int8_map50_95", "max_class_map50_95_drop", "max_latency_ms")
+OPTIONAL_GATES = ("max_map50_95_drop_rel", "min_int8_map50_95", "max_class_map50_95_drop", "max_latency_ms",
+                  "max_recall_drop", "max_f1_drop", "max_small_map50_95_drop")
 MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
 
 
 def check_values(params: Any, path: Path) -> None:
     _one_of(path, "baseline.inference_precision", params.baseline.inference_precision, INFERENCE_PRECISIONS)
     _image_size(path, "model.imgsz", params.model.imgsz)
+    _one_of(path, "deploy.runtime", params.deploy.runtime, tuple(RUNTIMES))
+    _quantizer(path, params.deploy.runtime, params.quantize.quantizer)
+    _one_of(path, "quantize.onnxruntime.calibrate_method", params.quantize.onnxruntime.calibrate_method,
+            ("minmax", "entropy", "percentile", "distribution"))
     for section, key in (("baseline", "conf"), ("baseline", "iou"), ("int8_eval", "bad_case_conf"),
-                         ("int8_eval", "bad_case_iou")):
-        if not 0.0 <= getattr(getattr(params, section), key) <= 1.0:
+                         ("int8_eval", "bad_case_iou"), ("deploy", "conf"), ("deploy", "int8_conf")):
+        value = getattr(getattr(params, section), key)
+        if value is not None and not 0.0 <= value <= 1.0:
             raise QgateError(f"{path}: '{section}.{key}' must be within [0, 1]")
     _one_of(path, "demo.task", params.demo.task, ("detect", "segment", "pose"))
     if not params.demo.classes:
@@ -66,6 +73,7 @@ def check_values(params: Any, path: Path) -> None:
     _check_promote(params, path)
     _check_compute(params.compute, path)
     _check_tune(params.tune, path)
+    _check_tune_quantizers(params, path)
 
 
 def _check_promote(params: Any, path: Path) -> None:
@@ -76,6 +84,12 @@ def _check_promote(params: Any, path: Path) -> None:
                              "ending with a letter or digit (GTO's rule for artifact and stage names)")
     for key in ("bump", "bump_new_model"):
         _one_of(path, f"promote.{key}", getattr(params.promote, key), ("patch", "minor", "major"))
+
+
+def _check_tune_quantizers(params: Any, path: Path) -> None:
+    for value in params.tune.space.quantizer:
+        if value != "default" and value not in RUNTIMES[params.deploy.runtime].quantizers:
+            _quantizer(path, params.deploy.runtime, value)
 
 
 def _check_tune(tune: Any, path: Path) -> None:
@@ -117,7 +131,8 @@ def _image_size(path: Path, key: str, size: int, listed: bool = False) -> None:
 def _check_gates(gates: Any, path: Path) -> None:
     """Each threshold within the range of what it limits, so that no value switches its gate off unseen."""
     fractions = ("max_map50_95_drop", "max_mask_map50_95_drop", "max_pose_map50_95_drop", "max_map50_95_drop_rel",
-                 "min_int8_map50_95", "max_class_map50_95_drop", "max_layers_below_sqnr_floor_frac")
+                 "min_int8_map50_95", "max_class_map50_95_drop", "max_layers_below_sqnr_floor_frac", "max_recall_drop",
+                 "max_f1_drop", "max_small_map50_95_drop")
     for key in fractions:
         value = getattr(gates, key)
         if value is not None and not 0.0 <= value <= 1.0:
@@ -141,8 +156,8 @@ def _smooth_quant_alpha(path: Path, key: str, value: float) -> None:
 
 
 def _check_compute(compute: Any, path: Path) -> None:
-    """A known backend, a Ray address Ray can join, and positive sizes."""
-    _one_of(path, "compute.backend", compute.backend, ("local", "ray"))
+    """A known executor, a Ray address Ray can join, and positive sizes."""
+    _one_of(path, "compute.executor", compute.executor, ("local", "ray"))
     if compute.address is not None and compute.address != "auto" and not RAY_ADDRESS.fullmatch(compute.address):
         raise QgateError(f"{path}: 'compute.address' is {compute.address!r}; use null (a private Ray instance for "
                          "this run), auto (the cluster this machine joined) or ray://host:port / host:port")
@@ -178,6 +193,15 @@ def _check_statistics(params: Any, path: Path) -> None:
         raise QgateError(f"{path}: 'benchmark.max_seconds' is {params.benchmark.max_seconds}, less than its "
                          f"{params.benchmark.repeats} first pairs take (2 x {params.benchmark.repeats} x "
                          f"{params.benchmark.seconds} s); raise it")
+
+
+def _quantizer(path: Path, runtime: str, quantizer: str) -> None:
+    offered = RUNTIMES[runtime].quantizers
+    if quantizer != "default" and quantizer not in offered:
+        runs_it = [name for name, d in RUNTIMES.items() if quantizer in d.quantizers]
+        where = f" (deploy.runtime: {' or '.join(runs_it)} has it)" if runs_it else ""
+        raise QgateError(f"{path}: 'quantize.quantizer' is {quantizer!r}, which deploy.runtime {runtime} does not "
+                         f"offer; use default or one of {', '.join(offered)}{where}")
 
 
 def _one_of(path: Path, key: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -109,7 +109,7 @@ def _rows(prefix: str, values: dict, docs: dict[str, str], tracked: dict[str, li
     return rows
 
 
-PIPELINES = ("dvc.yaml", "tune/dvc.yaml")  # `make tune`'s pipeline is a file of its own
+PIPELINES = ("dvc.yaml", "tune/dvc.yaml", "runtimes/dvc.yaml")  # `make tune` and `make runtimes`: files of their own
 
 
 def pipeline_stages(root: Path = Path(".")) -> dict:

@@ -1,4 +1,4 @@
-"""Evaluating an IR (path or ov.Model) like the baseline: its split, settings and precision."""
+"""Evaluating a model (path or the runtime's model) like the baseline: its split, settings and precision."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from qgate.dataset import label_path, orphan_labels, split_images
 from qgate.evaluator import Evaluation, evaluate
 from qgate.heads import Postprocess
 from qgate.params import Params
+from qgate.runtimes import runtime_for
 from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
@@ -34,18 +35,19 @@ def baseline_postprocess(params: Params) -> Postprocess:
     return Postprocess(conf=params.baseline.conf, iou=params.baseline.iou, max_det=params.baseline.max_det)
 
 
-def evaluate_ir(params: Params, model: Path | object, record: dict, executor=None,
+def evaluate_model(params: Params, model: Path | object, record: dict, executor=None,
                 val: tuple[list[Path], tuple[str, ...]] | None = None) -> Evaluation:
-    """Evaluate an IR path or ov.Model on the baseline's split with its settings (`.precision`: the one run).
+    """Evaluate a model (path or the runtime's model) on the baseline's split with its settings (`.precision`: the
+    one run).
 
-    `executor` (`qgate.backends.open_executor`; None: this process) runs the prediction; `val` (from
+    `executor` (`qgate.executors.open_executor`; None: this process) runs the prediction; `val` (from
     `val_images`) spares a caller that evaluates many models re-reading and re-validating the dataset each time.
     """
     cfg = params.baseline
     images, names = val or val_images(params, record)
-    log.info("evaluating %s on %d %s images (%s backend)", model if isinstance(model, Path) else "model",
-             len(images), cfg.split, params.compute.backend)
-    result = evaluate(model, images, names, params.model.imgsz, baseline_postprocess(params), task_for(record),
-                      cfg.inference_precision, executor, params.compute.shard_images)
+    log.info("evaluating %s on %d %s images (%s executor)", model if isinstance(model, Path) else "model",
+             len(images), cfg.split, params.compute.executor)
+    result = evaluate(runtime_for(params), model, images, names, params.model.imgsz, baseline_postprocess(params),
+                      task_for(record), cfg.inference_precision, executor, params.compute.shard_images)
     log.info("evaluated at %s: %.1f images/s", result.precision, result.images_per_second)
     return result

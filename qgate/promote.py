@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from qgate import registry, report
-from qgate.artifacts import fixed_ir
+from qgate.artifacts import fixed_model
 from qgate.cli import run_tool
 from qgate.errors import QgateError
 from qgate.gates import GATED_STAGES, Metrics, Verdict, autofix_family, judge_all
@@ -119,7 +119,7 @@ def verdict_fields(params: Params, m: Metrics, verdicts: list[Verdict], head: st
     return {
         "verdict": f"PASS, all {len(verdicts)} gates" + (f" (inconclusive: {', '.join(inconclusive)})"
                                                           if inconclusive else ""),
-        "commit": head, "path": str(fixed_ir(params).parent), "ir": "autofix" if fixed else "plain INT8",
+        "commit": head, "path": str(fixed_model(params).parent), "ir": "autofix" if fixed else "plain INT8",
         "ir_sha256": m.value(fix, "fixed_ir_bin_sha256"), "model_sha256": m.value(p.export.record, "model_sha256"),
         "weights": p.model.weights, "imgsz": str(p.model.imgsz),
         f"{key()}_fp32": f"{m.number(p.baseline.metrics, key()):.4f}", f"{key()}_int8": f"{int8_map:.4f}",

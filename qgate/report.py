@@ -11,12 +11,15 @@ from typing import Any
 import numpy as np
 
 from qgate import registry
+from qgate.cpu import describe
+from qgate.deploy import RUNTIMES
 from qgate.errors import QgateError
 from qgate.gates import Metrics, MetricsUnavailable, Verdict, autofix_family, gates
-from qgate.io import write_bytes, write_text
+from qgate.io import read_json, write_bytes, write_text
 from qgate.page import Section, figure, render_html, render_markdown
 from qgate.params import Params
 from qgate.plots import sensitivity_figure
+from qgate.runtime_choice import HEADER, answer, cells, read_rows
 from qgate.summary import headline, needs_attention, result_text, terminal
 from qgate.task_metrics import Scored, recorded
 
@@ -37,7 +40,8 @@ def build(metrics: Metrics, verdicts: list[Verdict], params_text: str) -> tuple[
     params = metrics.params
     verdict = headline(verdicts)
     sections = [_results(metrics), _gates(params, verdicts), _registry(metrics), _autofix(metrics),
-                _divergence(metrics), _per_class(metrics), _bad_cases(metrics), _method(metrics),
+                _divergence(metrics), _at_threshold(metrics), _per_size(metrics), _per_class(metrics),
+                _bad_cases(metrics), *_runtimes(metrics), _method(metrics),
                 Section("Params used", ["`params.yaml` as judged:"], code=params_text, code_collapsed=True)]
     if all(v.passed for v in verdicts):
         for section in sections:
@@ -64,6 +68,12 @@ def _get(metrics: Metrics, path: str, key: str) -> Any:
         return metrics.value(path, key)
     except MetricsUnavailable:
         return None
+
+
+def _runtime(m: Metrics) -> tuple[Any, str]:
+    """The runtime the export stage built for (from its record: the params may have changed since), its version."""
+    name = _get(m, m.params.export.record, "runtime") or m.params.deploy.runtime
+    return RUNTIMES[name], _get(m, m.params.export.record, "runtime_version") or "version not recorded"
 
 
 def _num(value: Any, digits: int = 4) -> str:
@@ -121,16 +131,34 @@ def _accuracy_lead(m: Metrics, family) -> str:
             f"**{_num(_get(m, int8, key('map50_95_drop')))}** {_range(m, int8, key('map50_95_drop'))}.")
 
 
+def _runtimes(m: Metrics) -> list[Section]:
+    """`make runtimes`' table, when it ran (on this model: another model's would answer another question)."""
+    cfg = m.params.deploy
+    rows = read_rows(cfg.runtimes_csv)
+    if not rows or not Path(cfg.runtimes_metrics).is_file():
+        return []
+    measured = read_json(cfg.runtimes_metrics)
+    if measured.get("model_sha256") != _get(m, m.params.export.record, "model_sha256"):
+        return [Section("Runtimes on this CPU", [f"{cfg.runtimes_csv} is from another model: run `make runtimes`."])]
+    return [Section("Runtimes on this CPU", [answer(measured["fastest_passing"], describe(measured)),
+                                             "Each runtime builds and judges the same .pt with its own quantizer; "
+                                             "speeds are from the same interleaved rounds (docs/runtimes.md)."],
+                    [(HEADER, [cells(row) for row in rows])])]
+
+
 def _method(m: Metrics) -> Section:
     """How the numbers were measured: precision actually run, images and resamples, CPU and benchmark pairs."""
     p = m.params
     base, int8, bench = p.baseline.metrics, p.int8_eval.metrics, p.benchmark.metrics
     own = recorded(p.export.record).primary
-    bf16 = ("BF16 is not supported by this CPU, so there is no BF16 row; `bf16` requests would run f32 here."
-            if _get(m, bench, "bf16_supported") == 0 else "")
+    runtime, version = _runtime(m)
+    bf16 = ("BF16 is not supported by this CPU or runtime, so there is no BF16 row; `bf16` requests would run f32 "
+            "here." if _get(m, bench, "bf16_supported") == 0 else "")
     return Section("How it was measured", [
-        f"Precision measured: FP32 at **{_num(_get(m, base, 'inference_precision'))}** (OpenVINO "
-        f"INFERENCE_PRECISION_HINT set explicitly; the value is what the compiled model reports). {bf16}",
+        f"Runtime: **{runtime.title} {version}** (`deploy.runtime`), INT8 model from the "
+        f"`{_num(_get(m, p.quantize.metrics, 'quantizer'))}` quantizer, {runtime.quantizer_ops} in it.",
+        f"Precision measured: FP32 at **{_num(_get(m, base, 'inference_precision'))}** (requested explicitly; the "
+        f"value is what the compiled model reports). {bf16}",
         f"Speed-up INT8/FP32: {_num(_get(m, bench, 'speedup_fps'), 2)}x throughput "
         f"{_range(m, bench, 'speedup_fps', 2)}, {_num(_get(m, bench, 'speedup_latency'), 2)}x latency; "
         f"{own.title()} drop {_num(_get(m, int8, own.key('map50_95_drop')))} "
@@ -138,7 +166,7 @@ def _method(m: Metrics) -> Section:
         f"Accuracy: pycocotools mAP on {_num(_get(m, base, 'images'))} `{p.baseline.split}` images at "
         f"{p.model.imgsz} px; intervals from {_num(_get(m, int8, 'bootstrap_samples'))} paired bootstrap resamples "
         f"of those images (the same resample for FP32 and INT8): this val set resolves drops of about "
-        f"{_num(_get(m, int8, own.key('map50_95_drop_resolution')))}. Speed: `benchmark_app` on "
+        f"{_num(_get(m, int8, own.key('map50_95_drop_resolution')))}. Speed: {runtime.timer} on "
         f"**{_num(_get(m, bench, 'cpu_model'))}** ({_num(_get(m, bench, 'cpu_isa'))}: INT8's gain depends on these), "
         f"{p.benchmark.device}, hint "
         f"{p.benchmark.hint}, {_num(_get(m, bench, 'pairs'))} interleaved FP32/INT8 pairs of {p.benchmark.seconds} s, "
@@ -258,9 +286,9 @@ def _autofix(m: Metrics) -> Section:
                 f"got smaller, until it was within `autofix.target_drop` {p.autofix.target_drop}; then kept groups "
                 "put back to int8 (-) where the drop stayed within. Each evaluation is a real mixed-precision model "
                 f"scored on the whole `{p.baseline.split}` split. Evaluation images/s is the scoring loop's rate "
-                "(decode and NMS included), not benchmark_app's."]
+                "(decode and NMS included), not the speed gate's."]
         if prices:
-            text.append(f"Each kept-float group priced in speed: benchmark_app runs the fixed model (the "
+            text.append(f"Each kept-float group priced in speed: {_runtime(m)[0].timer} of the fixed model (the "
                         f"{prices[0]['measured_with_groups_float']} groups the greedy kept) against it with that "
                         f"group back in INT8, {p.autofix.price_rounds} interleaved rounds of "
                         f"{p.autofix.price_seconds:g} s; pruning tried the costliest back first. Above 1: the group "
@@ -311,6 +339,54 @@ def _share(value: str | None) -> str:
 
 PLOTTED_CLASSES = 20  # a bar chart of 80 classes is unreadable: the worst drops are what a reader needs
 NO_INSTANCES = "n/a, no instances"
+RATE_TITLES = {"recall": "recall", "precision": "precision", "f1": "F1"}
+
+
+def _at_threshold(m: Metrics) -> Section:
+    """Precision, recall and F1 of FP32 and INT8 at the deployed threshold, the score shift and the advice."""
+    path = m.params.int8_eval.metrics
+    conf, int8_conf = _get(m, path, "deploy_conf"), _get(m, path, "deploy_int8_conf")
+    if conf is None:
+        return Section("At the deployed threshold", [f"{path} has no operating point; re-run `dvc repro int8_eval`"])
+    at = f"`deploy.conf` {conf:g}" + (f" (INT8 at `deploy.int8_conf` {int8_conf:g})" if int8_conf != conf else "")
+    text = [f"What a user of the detector sees at {at}, NMS at `baseline.iou` {m.params.baseline.iou:g}: of every "
+            f"object in the `{m.params.baseline.split}` split, the share found (recall), of every detection, the "
+            "share right (precision), matched at IoU 0.5 with the task's own overlap. mAP integrates over every "
+            "threshold and misses a score shift that keeps the ranking; these do not."]
+    rows = []
+    for family in reversed(recorded(m.params.export.record).scored):
+        for rate, title in RATE_TITLES.items():
+            key = family.key(f"{rate}_at_conf")
+            rows.append([family.title(title), _num(_get(m, path, f"baseline_{key}")), _num(_get(m, path, key)),
+                         f"{_num(_get(m, path, f'{key}_drop'))} {_range(m, path, f'{key}_drop')}"])
+        shift = _get(m, path, family.key("score_shift"))
+        if shift is not None:
+            text.append(f"{family.title('score').capitalize()} shift, INT8 - FP32, median over the "
+                        f"{_get(m, path, family.key('score_shift_objects'))} objects both find: **{shift:+.4f}** "
+                        f"{_range(m, path, family.key('score_shift'))}.")
+        advised = _get(m, path, family.key("advised_int8_conf"))
+        if advised is not None and advised != int8_conf:
+            text.append(f"INT8 finds as many objects as FP32 does at {conf:g} at `deploy.int8_conf: {advised:g}` "
+                        f"({family.title('recall')} {_num(_get(m, path, family.key('advised_int8_recall')))}, "
+                        f"precision {_num(_get(m, path, family.key('advised_int8_precision')))}).")
+    return Section("At the deployed threshold", text, [(["metric", "FP32", "INT8", "drop"], rows)])
+
+
+def _per_size(m: Metrics) -> Section:
+    """mAP50-95 per COCO object size, FP32 and INT8, the drop with its interval, worst first."""
+    path = m.params.int8_eval.metrics
+    rows = []
+    for family in reversed(recorded(m.params.export.record).scored):
+        for size in ("small", "medium", "large"):
+            key, objects = family.key(f"{size}_map50_95"), _get(m, path, f"{family.prefix}{size}_objects")
+            drop = _get(m, path, f"{key}_drop")
+            rows.append((drop is None, -(drop or 0.0), [
+                f"{family.title(size)}", _num(objects), _ap(_get(m, path, f"baseline_{key}")),
+                _ap(_get(m, path, key)), NO_INSTANCES if drop is None else f"{drop:.4f} {_range(m, path, f'{key}_drop')}"]))
+    text = ["mAP50-95 on the objects of each COCO size (area in pixels of the original image: small under 32x32, "
+            "large over 96x96), worst drop first: quantization often loses small objects first."]
+    return Section("Accuracy per object size", text,
+                   [(["objects", "count", "FP32 mAP50-95", "INT8 mAP50-95", "drop"], [r[2] for r in sorted(rows)])])
 
 
 def _per_class(m: Metrics) -> Section:

@@ -46,9 +46,9 @@ class Detect:
         return cls(head_class())
 
     @classmethod
-    def export_fields(cls, model, checkpoint, dataset_yaml: Path) -> dict:
-        """What the export record keeps about this task's outputs (from the exported ov.Model, the Ultralytics
-        checkpoint and the dataset yaml it is judged on); boxes need nothing."""
+    def export_fields(cls, output_shapes: list[list[int]], checkpoint, dataset_yaml: Path) -> dict:
+        """What the export record keeps about this task's outputs (from the exported model's output shapes, the
+        Ultralytics checkpoint and the dataset yaml it is judged on); boxes need nothing."""
         return {}
 
     @classmethod
@@ -115,9 +115,9 @@ class Segment(Detect):
         return cls(head_class(cls.extra_columns(record)), record["imgsz"])
 
     @classmethod
-    def export_fields(cls, model, checkpoint, dataset_yaml: Path) -> dict:
+    def export_fields(cls, output_shapes: list[list[int]], checkpoint, dataset_yaml: Path) -> dict:
         """The prototypes' count and grid, from output 1 [1, c, h, w]."""
-        _, count, *grid = (int(d) for d in model.outputs[1].get_shape())
+        _, count, *grid = output_shapes[1]
         return {"mask_coefficients": count, "mask_grid": grid}
 
     @classmethod
@@ -188,7 +188,7 @@ class Pose(Detect):
         return cls(head_class(cls.extra_columns(record)), record["kpt_shape"], record.get("kpt_oks_sigmas"))
 
     @classmethod
-    def export_fields(cls, model, checkpoint, dataset_yaml: Path) -> dict:
+    def export_fields(cls, output_shapes: list[list[int]], checkpoint, dataset_yaml: Path) -> dict:
         """The keypoint shape [count, 2 or 3], from the checkpoint (the graph gives only their product), and the
         dataset yaml's `kpt_oks_sigmas` when it sets them."""
         kpt_shape = [int(v) for v in checkpoint.model.kpt_shape]

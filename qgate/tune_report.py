@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qgate.deploy import RUNTIMES
 from qgate.io import write_bytes, write_csv, write_text
 from qgate.page import Section, figure, render_html, render_markdown
 from qgate.params import Params
@@ -96,7 +97,7 @@ def _pareto(params: Params, task, rows: list[dict]) -> Section:
     level = f"{params.benchmark.ci_level:.0%}"
     text = [f"Every scored candidate: its {own.title()} drop on the images it was scored on (bar: its "
             f"{params.int8_eval.ci_level:.0%} paired interval) against its speed-up over FP32 from one interleaved "
-            f"`benchmark_app` round; a passing candidate's is over every round it ran, with its {level} interval. "
+            f"round of {RUNTIMES[params.deploy.runtime].timer}; a passing candidate's is over every round it ran, with its {level} interval. "
             "The front joins point values; a candidate is preferred only when it is faster beyond that noise, "
             "and passes when the gate would pass it (`gates.inconclusive` decides an interval across the limit)."]
     fig = pareto_figure(rows, rows[0]["limit"], own.title(), params.benchmark.hint)

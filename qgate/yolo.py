@@ -1,5 +1,5 @@
-"""Load an Ultralytics checkpoint of a task qgate judges and export it (static ONNX -> OpenVINO), with clear errors;
-read versions for provenance."""
+"""Load an Ultralytics checkpoint of a task qgate judges and export it to a static ONNX (a runtime takes it from
+there), with clear errors; read versions for provenance."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import re
 import shutil
 from pathlib import Path
 from typing import Any
-
-import openvino as ov
 
 from qgate.errors import QgateError
 from qgate.params import ExportParams
@@ -76,19 +74,6 @@ def export_onnx(model, weights: str | Path, imgsz: int, cfg: ExportParams, folde
     Path(exported).rename(onnx_path)
     source.unlink()
     return onnx_path
-
-
-def convert_onnx(onnx_path: Path, weights: str | Path, end2end: bool) -> ov.Model:
-    """The ONNX as an ov.Model; a one-line error when OpenVINO's ONNX frontend refuses the graph."""
-    try:
-        return ov.convert_model(onnx_path)
-    except RuntimeError as exc:
-        reason = next((line.strip() for line in str(exc).splitlines() if "Shapes" in line or "not" in line),
-                      str(exc).splitlines()[0])
-        fix = ("set export.end2end: false (OpenVINO cannot convert this NMS-free head's top-K, e.g. YOLO26-seg's "
-               "masks)" if end2end else "this model's export does not convert; report its model yaml")
-        raise QgateError(f"{weights}: OpenVINO {ov.get_version().split('-')[0]} cannot convert the "
-                         f"exported ONNX ({reason[:160]}); {fix}") from None
 
 
 def versions() -> dict[str, str]:

@@ -8,18 +8,17 @@ import shutil
 import time
 from pathlib import Path
 
-import openvino as ov
-
 from qgate.autofix_search import Search, aimed_family, meets_target, plain_drop, plain_int8, step_columns
 from qgate.cli import run_stage
-from qgate.backends import open_executor
+from qgate.executors import open_executor
 from qgate.errors import QgateError
 from qgate.group_prices import PRICE_COLUMNS, Prices, price_groups, price_rows
 from qgate.io import atomic_dir, read_json, sha256_file, write_csv, write_json, write_text
-from qgate.mixed import ignored_names, quantizer_groups, revert
+from qgate.groups import ignored_names
 from qgate.params import Params
 from qgate.paste import paste_block
-from qgate.artifacts import INT8_IR_NAME, export_record, fp32_ir, int8_ir_sha256, require_int8_ir, require_output
+from qgate.artifacts import export_record, fixed_model, weights_file, fp32_model, int8_weights_sha256, require_int8_model, require_output
+from qgate.runtimes import Runtime, runtime_for
 from qgate.task_metrics import Scored
 from qgate.tasks import task_for
 
@@ -27,30 +26,30 @@ log = logging.getLogger(__name__)
 
 
 def main(params: Params) -> dict:
-    """Search few groups of the sensitivity ranking that meet the target in float; write the fixed IR and scope."""
+    """Search few groups of the sensitivity ranking that meet the target in float; write the fixed model and scope."""
     cfg = params.autofix
     for output in (cfg.metrics, cfg.steps, cfg.scope, cfg.prices):
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
-    int8_path = require_int8_ir(params)
+    int8_path = require_int8_model(params)
     int8_metrics = read_json(require_output(params.int8_eval.metrics, "int8_eval"))
     family = aimed_family(task_for(record).metrics, int8_metrics, params)
     key = family.key
     baseline = int8_metrics[f"baseline_{key()}"]
+    runtime = runtime_for(params)
     start = time.perf_counter()
     drop = plain_drop(int8_metrics, family)
     needed = not meets_target(params, *drop)
     if not needed:
         log.info("autofix: the plain INT8 model meets autofix.target_drop %.4f (%s drop %.4f [%.4f, %.4f], the "
                  "largest); nothing to fix", cfg.target_drop, family.title(), *drop)
-        _save_copy(int8_path.parent, Path(cfg.out_dir))
+        _save_copy(runtime, int8_path, Path(cfg.out_dir))
         steps, names = [], []
         best = plain_int8(int8_metrics, family, within_target=1)
     else:
         order = ranking(params)
-        core = ov.Core()
-        fp32, int8 = core.read_model(fp32_ir(params)), core.read_model(int8_path)
-        groups = quantizer_groups(int8)
+        fp32, int8 = runtime.read(fp32_model(params)), runtime.read(int8_path)
+        groups = runtime.quantizer_groups(int8)
         detections = (read_json(require_output(params.baseline.detections, "baseline")),
                       read_json(require_output(params.int8_eval.detections, "int8_eval")))
         price = ((lambda kept: price_groups(params, int8, fp32, groups, kept, int8_path)) if cfg.price_rounds
@@ -60,7 +59,7 @@ def main(params: Params) -> dict:
                             price)
             chosen, best = search.run()
         steps, names = search.steps, ignored_names(groups, set(chosen))
-        revert_and_save(int8, fp32, groups, set(chosen), Path(cfg.out_dir))
+        revert_and_save(runtime, int8, fp32, groups, set(chosen), fixed_model(params))
     prices = search.prices if needed else None
     write_csv(cfg.steps, steps, step_columns(family))
     write_csv(cfg.prices, price_rows(prices, groups, chosen) if prices else [], PRICE_COLUMNS)
@@ -83,8 +82,8 @@ def main(params: Params) -> dict:
         **_total_price(prices),
         "seconds": round(time.perf_counter() - start, 2),
         "model_sha256": record["model_sha256"],
-        "int8_ir_bin_sha256": int8_ir_sha256(params),
-        "fixed_ir_bin_sha256": sha256_file((Path(cfg.out_dir) / INT8_IR_NAME).with_suffix(".bin")),
+        "int8_ir_bin_sha256": int8_weights_sha256(params),
+        "fixed_ir_bin_sha256": sha256_file(weights_file(fixed_model(params))),
     }
     write_json(cfg.metrics, metrics)
     return metrics
@@ -110,18 +109,17 @@ def ranking(params: Params) -> list[int]:
     return order
 
 
-def revert_and_save(int8, fp32, groups, selected: set[int], out_dir: Path) -> None:
-    """Save the INT8 model with `selected` groups in float, atomically (folder renamed into place)."""
-    model = revert(int8, fp32, groups, selected)
-    with atomic_dir(out_dir) as staging:
-        ov.save_model(model, staging / INT8_IR_NAME, compress_to_fp16=False)
+def revert_and_save(runtime: Runtime, int8, fp32, groups, selected: set[int], path: Path) -> None:
+    """Save the INT8 model with `selected` groups in float to `path`, atomically (folder renamed into place)."""
+    model = runtime.revert(int8, fp32, groups, selected)
+    with atomic_dir(path.parent) as staging:
+        runtime.save(model, staging / path.name)
 
 
-def _save_copy(source: Path, out_dir: Path) -> None:
+def _save_copy(runtime: Runtime, source: Path, out_dir: Path) -> None:
     with atomic_dir(out_dir) as staging:
-        for suffix in (".xml", ".bin"):
-            name = Path(INT8_IR_NAME).with_suffix(suffix)
-            shutil.copy(source / name, staging / name)
+        for path in runtime.model_files(source):
+            shutil.copy(path, staging / path.name)
 
 
 def scope_block(params: Params, names: list[str], best: dict, baseline: float, family: Scored) -> str:

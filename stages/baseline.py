@@ -1,4 +1,4 @@
-"""FP32 OpenVINO IR + dataset val split -> pycocotools mAP at an explicit inference precision."""
+"""FP32 model + dataset val split -> pycocotools mAP at an explicit inference precision, on the runtime deployed to."""
 
 from __future__ import annotations
 
@@ -6,24 +6,24 @@ import logging
 from pathlib import Path
 
 from qgate.cli import run_stage
-from qgate.backends import open_executor
+from qgate.executors import open_executor
 from qgate.io import write_json
 from qgate.params import Params
-from qgate.artifacts import export_record, fp32_ir
-from qgate.pipeline import evaluate_ir
+from qgate.artifacts import export_record, fp32_model
+from qgate.pipeline import evaluate_model
 
 log = logging.getLogger(__name__)
 
 
 def main(params: Params) -> dict:
-    """Evaluate the exported FP32 IR; write metrics, per-class AP and the detections."""
+    """Evaluate the exported FP32 model; write metrics, per-class AP and the detections."""
     cfg = params.baseline
     for output in (cfg.metrics, cfg.per_class, cfg.detections):
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
     log.info("[1/1] baseline")
     with open_executor(params.compute) as executor:
-        result = evaluate_ir(params, fp32_ir(params), record, executor)
+        result = evaluate_model(params, fp32_model(params), record, executor)
     # no timings here: int8_eval depends on this file, and a wall-clock field would re-run it for nothing
     metrics = {
         "map50_95": round(result.map50_95, 5),

@@ -1,4 +1,5 @@
-"""FP32 and INT8 IRs -> benchmark_app latency / throughput in interleaved pairs (medians, speed-up interval), sizes."""
+"""FP32 and INT8 models -> the runtime's timed runs (OpenVINO: benchmark_app) in interleaved pairs: medians, speed-up
+interval, spread, sizes."""
 
 from __future__ import annotations
 
@@ -8,37 +9,35 @@ import statistics
 import time
 from pathlib import Path
 
-import openvino as ov
-
 from qgate.cli import run_stage
 from qgate.cpu import cpu_info
 from qgate.errors import QgateError
 from qgate.intervals import Interval, ratio_interval
-from qgate.benchmark_app import run_benchmark_app
 from qgate.io import sha256_file, write_json
 from qgate.params import BenchmarkParams, Params
-from qgate.artifacts import export_record, fixed_ir, fp32_ir, int8_ir, int8_ir_sha256, require_int8_ir
-from qgate.runtime import compile_model, measured_precision
+from qgate.artifacts import export_record, fixed_model, fp32_model, int8_model, int8_weights_sha256, require_int8_model, weights_file
+from qgate.runtimes import runtime_for
 
 log = logging.getLogger(__name__)
 
 
 def main(params: Params) -> dict:
-    """Run benchmark_app on the models in interleaved rounds; write medians, the speed-up interval, spread, sizes."""
+    """Time the models in interleaved rounds; write medians, the speed-up interval, spread, sizes."""
     cfg = params.benchmark
     Path(cfg.metrics).unlink(missing_ok=True)
     record = export_record(params)
-    require_int8_ir(params)
-    devices = ov.Core().available_devices
+    require_int8_model(params)
+    runtime = runtime_for(params)
+    devices = runtime.devices()
     if cfg.device not in devices:
         raise QgateError(f"params.yaml: benchmark.device '{cfg.device}' is not available here; "
                          f"use one of {', '.join(devices)}")
     precision = params.baseline.inference_precision
-    runs = {"fp32": (fp32_ir(params), precision), "int8": (int8_ir(params), precision)}
-    if cfg.bf16 and bf16_supported(cfg.device):
-        runs["bf16"] = (fp32_ir(params), "bf16")
+    runs = {"fp32": (fp32_model(params), precision), "int8": (int8_model(params), precision)}
+    if cfg.bf16 and runtime.bf16_supported(cfg.device):
+        runs["bf16"] = (fp32_model(params), "bf16")
     if fixed_needed(params):
-        runs["fixed"] = (fixed_ir(params), precision)
+        runs["fixed"] = (fixed_model(params), precision)
     shutil.rmtree(cfg.report_dir, ignore_errors=True)
     results = measure(runs, cfg, params)
     metrics = _summarize(results, runs, cfg, record, params)
@@ -74,7 +73,8 @@ def measure(runs: dict, cfg: BenchmarkParams, params: Params) -> dict[str, list[
 def _run(name: str, runs: dict, cfg: BenchmarkParams, params: Params, repeat: int) -> dict:
     ir, precision = runs[name]
     log.info("[pair %d] benchmark: %s (%s, %s, %d s)", repeat + 1, name, precision, cfg.hint, cfg.seconds)
-    return run_benchmark_app(ir, precision, cfg, Path(cfg.report_dir) / f"{name}_{repeat}", params.model.imgsz)
+    return runtime_for(params).timed_run(ir, precision, cfg, Path(cfg.report_dir) / f"{name}_{repeat}",
+                                         params.model.imgsz)
 
 
 def _more_pairs_needed(results: dict[str, list[dict]], cfg: BenchmarkParams, params: Params) -> str:
@@ -98,13 +98,8 @@ def fixed_needed(params: Params) -> bool:
 
     Told by the weights, not by autofix's metrics: a file with timings would re-run this stage for nothing.
     """
-    fixed = fixed_ir(params).with_suffix(".bin")
-    return fixed.is_file() and sha256_file(fixed) != int8_ir_sha256(params)
-
-
-def bf16_supported(device: str) -> bool:
-    """Whether the device can run float layers in BF16 (it falls back to f32 silently otherwise)."""
-    return "BF16" in ov.Core().get_property(device, "OPTIMIZATION_CAPABILITIES")
+    fixed = weights_file(fixed_model(params))
+    return fixed.is_file() and sha256_file(fixed) != int8_weights_sha256(params)
 
 
 def _summarize(results: dict, runs: dict, cfg: BenchmarkParams, record: dict, params: Params) -> dict:
@@ -114,7 +109,7 @@ def _summarize(results: dict, runs: dict, cfg: BenchmarkParams, record: dict, pa
         metrics[f"{name}_latency_ms"] = round(statistics.median(s["latency_ms"] for s in samples), 3)
         metrics[f"{name}_fps"] = round(statistics.median(fps), 2)
         metrics[f"{name}_fps_spread_rel"] = round((max(fps) - min(fps)) / statistics.median(fps), 4)
-        metrics[f"{name}_precision"] = _measured(runs[name], cfg.device)
+        metrics[f"{name}_precision"] = _measured(runs[name], cfg.device, params)
     ratio = speedup_interval(results, cfg.ci_level)
     metrics.update({"speedup_fps": round(ratio.point, 3), "speedup_fps_ci_low": round(ratio.low, 3),
                     "speedup_fps_ci_high": round(ratio.high, 3), "ci_level": cfg.ci_level,
@@ -124,23 +119,25 @@ def _summarize(results: dict, runs: dict, cfg: BenchmarkParams, record: dict, pa
         metrics["int8_vs_bf16_fps"] = round(metrics["int8_fps"] / metrics["bf16_fps"], 3)
     if "fixed" in results:
         metrics["fixed_speedup_fps"] = round(metrics["fixed_fps"] / metrics["fp32_fps"], 3)
-        metrics["fixed_size_mb"] = round(fixed_ir(params).with_suffix(".bin").stat().st_size / 2**20, 3)
-    fp32_mb = fp32_ir(params).with_suffix(".bin").stat().st_size / 2**20
-    int8_mb = int8_ir(params).with_suffix(".bin").stat().st_size / 2**20
+        metrics["fixed_size_mb"] = round(weights_file(fixed_model(params)).stat().st_size / 2**20, 3)
+    fp32_mb = weights_file(fp32_model(params)).stat().st_size / 2**20
+    int8_mb = weights_file(int8_model(params)).stat().st_size / 2**20
     metrics.update({
         "bf16_supported": int("bf16" in results), "fixed_benchmarked": int("fixed" in results),
         "fp32_size_mb": round(fp32_mb, 3), "int8_size_mb": round(int8_mb, 3),
         "compression_ratio": round(fp32_mb / int8_mb, 3),
         "hint": cfg.hint, "seconds": cfg.seconds, "batch": cfg.batch,
         "device": cfg.device, **cpu_info(),  # the INT8/FP32 ratio is the CPU's as much as the model's
-        "model_sha256": record["model_sha256"], "int8_ir_bin_sha256": int8_ir_sha256(params),
+        "model_sha256": record["model_sha256"], "int8_ir_bin_sha256": int8_weights_sha256(params),
     })
     return metrics
 
 
-def _measured(run: tuple[Path, str], device: str) -> str:
-    ir, precision = run
-    return measured_precision(compile_model(ir, precision, hint="LATENCY", uint8_input=False, device=device))
+def _measured(run: tuple[Path, str], device: str, params: Params) -> str:
+    path, precision = run
+    runtime = runtime_for(params)
+    return runtime.measured_precision(runtime.compile(runtime.read(path), precision, hint="LATENCY",
+                                                      uint8_input=False, device=device))
 
 
 if __name__ == "__main__":

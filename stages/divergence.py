@@ -1,4 +1,4 @@
-"""FP32 + INT8 IRs on N images -> per-layer divergence table, first divergent layer, clip/round split, advice."""
+"""FP32 + INT8 models on N images -> per-layer divergence table, first divergent layer, clip/round split, advice."""
 
 from __future__ import annotations
 
@@ -7,18 +7,17 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import openvino as ov
 from tqdm import tqdm
 
 from qgate.cli import run_stage
 from qgate.dataset import split_images
-from qgate.divergence import DetectionError, LayerStats, activation_quantizers, instrument, match_layers, sqnr_db
+from qgate.divergence import DetectionError, LayerStats, sqnr_db
 from qgate.divergence_table import divergent, layer_rows
 from qgate.evaluator import image_tensor
 from qgate.io import write_csv, write_json, write_text
 from qgate.params import Params
-from qgate.artifacts import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
-from qgate.runtime import compile_model
+from qgate.artifacts import export_record, fp32_model, int8_weights_sha256, model_dataset, require_int8_model
+from qgate.runtimes import Runtime, runtime_for
 from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
@@ -32,21 +31,22 @@ COLUMNS = ["index", "name", "port", "type", "sqnr_db", "local_drop_db", "diverge
 
 
 def main(params: Params) -> dict:
-    """Capture every layer of both IRs on the chosen images, streaming; write the table, plot data and metrics."""
+    """Capture every layer of both models on the chosen images, streaming; write the table, plot data and metrics."""
     cfg = params.divergence
     for output in (cfg.metrics, cfg.csv, cfg.table, cfg.plot):
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
-    int8_path = require_int8_ir(params)
-    core = ov.Core()
-    fp32, int8 = core.read_model(fp32_ir(params)), core.read_model(int8_path)
-    keys = match_layers(fp32, int8, str(fp32_ir(params)), str(int8_path))
+    int8_path = require_int8_model(params)
+    runtime = runtime_for(params)
+    fp32, int8 = runtime.read(fp32_model(params)), runtime.read(int8_path)
+    keys = runtime.match_layers(fp32, int8, str(fp32_model(params)), str(int8_path))
     images = choose_images(params, record)
     log.info("[1/2] divergence: %d layers, %d images", len(keys), len(images))
-    stats, quantizers, output_stats, instrumentation, detections = _capture(params, fp32, int8, keys, images,
-                                                                            task_for(record))
+    stats, quantizers, output_stats, instrumentation, detections = _capture(params, runtime, fp32, int8, keys,
+                                                                            images, task_for(record))
     log.info("[2/2] divergence: ranking layers")
-    rows = layer_rows(fp32, int8, keys, stats, quantizers, cfg.concat_range_ratio)
+    rows = layer_rows(runtime.producers(fp32), runtime.layer_facts(int8), keys, stats, quantizers,
+                      cfg.concat_range_ratio)
     broken = divergent(rows, cfg.local_drop_db, cfg.divergent_sqnr_db)
     for row in rows:
         row["divergent"] = int(row in broken)
@@ -67,7 +67,7 @@ def main(params: Params) -> dict:
         "layers": len(rows),
         "images": len(images),
         "model_sha256": record["model_sha256"],
-        "int8_ir_bin_sha256": int8_ir_sha256(params),
+        "int8_ir_bin_sha256": int8_weights_sha256(params),
     }
     write_csv(cfg.csv, rows, COLUMNS)
     write_csv(cfg.plot, [{"index": r["index"], "sqnr_db": r["sqnr_db"]} for r in rows], ["index", "sqnr_db"])
@@ -95,22 +95,19 @@ def choose_images(params: Params, record: dict) -> list[Path]:
     return chosen + [rest[i] for i in sorted(order)]
 
 
-def _capture(params: Params, fp32: ov.Model, int8: ov.Model, keys: list, images: list[Path], task):
+def _capture(params: Params, runtime: Runtime, fp32, int8, keys: list, images: list[Path], task):
     precision = params.baseline.inference_precision
-    n_outputs = len(fp32.get_results())
-    fp32_c, int8_c, plain_c = (compile_model(m, precision, hint="LATENCY", uint8_input=False)
-                               for m in (instrument(fp32, keys), instrument(int8, keys), int8))
+    n_outputs = len(runtime.output_shapes(fp32))
+    fp32_c, int8_c, plain_c = (runtime.compile(m, precision, hint="LATENCY", uint8_input=False)
+                               for m in (runtime.instrument(fp32, keys), runtime.instrument(int8, keys), int8))
     stats = {key: LayerStats() for key in keys}
     position = {key: n_outputs + i for i, key in enumerate(keys)}
-    quantizers = activation_quantizers(int8)
+    quantizers = runtime.activation_quantizers(int8)
     output_stats, instrumentation_sq = LayerStats(), [0.0, 0.0]
     detections = DetectionError(task, params.int8_eval.bad_case_conf)
     for path in tqdm(images, desc="divergence", unit="img", leave=False, disable=None):
         tensor = image_tensor(path, params.model.imgsz)
-        # share_outputs: views of the requests' own buffers; copies would double the peak memory at 640 px
-        ref = fp32_c(tensor, share_outputs=True).to_tuple()
-        test = int8_c(tensor, share_outputs=True).to_tuple()
-        plain = plain_c(tensor, share_outputs=True).to_tuple()
+        ref, test, plain = (runtime.infer(compiled, tensor) for compiled in (fp32_c, int8_c, plain_c))
         for key in keys:
             stats[key].update(ref[position[key]], test[position[key]])
         for key, quantizer in quantizers.items():

@@ -1,4 +1,4 @@
-"""INT8 IR -> mAP measured exactly like the FP32 baseline, the drop, and the images that changed most."""
+"""INT8 model -> mAP measured exactly like the FP32 baseline, the drop, and the images that changed most."""
 
 from __future__ import annotations
 
@@ -6,37 +6,45 @@ import logging
 import time
 from pathlib import Path
 
+import numpy as np
+
 from qgate.cli import run_stage
 from qgate.compare import BAD_CASE_COLUMNS, bad_cases
-from qgate.backends import open_executor
+from qgate.executors import open_executor
 from qgate.errors import QgateError
-from qgate.intervals import PairedDrop, paired_drop
+from qgate.cocoeval import area_entries, counted_objects, matched
+from qgate.intervals import PairedDrop, PairedScorer, paired_drop
 from qgate.io import read_json, write_csv, write_json
+from qgate.operating_point import Found, at_threshold
 from qgate.params import Params
-from qgate.artifacts import export_record, int8_ir_sha256, require_int8_ir
-from qgate.pipeline import evaluate_ir
+from qgate.artifacts import export_record, int8_weights_sha256, require_int8_model
+from qgate.pipeline import evaluate_model
 from qgate.task_metrics import BOX, Scored
 from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
 
+SIZES = ("small", "medium", "large")  # COCO's object area ranges: under 32^2, to 96^2, above (original pixels)
+
 
 def main(params: Params) -> dict:
-    """Evaluate the INT8 IR; compare with the baseline's metrics and detections."""
+    """Evaluate the INT8 model; compare with the baseline's metrics and detections."""
     cfg = params.int8_eval
     for output in (cfg.metrics, cfg.per_class, cfg.detections, cfg.bad_cases):
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
     baseline, baseline_detections = _baseline(params, record)
-    ir_path = require_int8_ir(params)
-    log.info("[1/3] int8_eval: evaluating the INT8 IR")
+    ir_path = require_int8_model(params)
+    log.info("[1/3] int8_eval: evaluating the INT8 model")
     with open_executor(params.compute) as executor:
-        result = evaluate_ir(params, ir_path, record, executor)
+        result = evaluate_model(params, ir_path, record, executor)
     task = task_for(record)
     log.info("[2/3] int8_eval: %d paired bootstrap resamples of the %d images", cfg.bootstrap_samples, result.images)
     start = time.perf_counter()
-    accuracy = {family: _paired(params, family, baseline, baseline_detections, result)
+    matches = {family: _matched(result, baseline_detections, family) for family in task.metrics.scored}
+    accuracy = {family: _paired(params, family, baseline, baseline_detections, result, matches[family])
                 for family in task.metrics.scored}
+    weights = PairedScorer(result.ground_truth, cfg.bootstrap_samples, cfg.seed).weights
     log.info("bootstrap took %.2f s (logged only: autofix depends on the metrics file)", time.perf_counter() - start)
     log.info("[3/3] int8_eval: ranking images by FP32/INT8 disagreement")
     cases = bad_cases(baseline_detections, result.detections, result.ground_truth["images"],
@@ -49,11 +57,15 @@ def main(params: Params) -> dict:
         "images_changed": sum(c["disagreement"] > 0 for c in cases),
         "mean_disagreement": round(sum(c["disagreement"] for c in cases) / max(len(cases), 1), 5),
         **interval_metrics(accuracy[box]),
+        "deploy_conf": params.deploy.conf, "deploy_int8_conf": int8_conf(params),
     }
     for family in own:  # masks of a segment model: the same keys, prefixed
         metrics |= drop_metrics(family, baseline, result) | interval_metrics(accuracy[family], family)
+    for family in task.metrics.scored:
+        metrics |= _operating_point(params, family, result, matches[family], weights)
+        metrics |= _size_drops(params, family, baseline_detections, result, matches[family])
     metrics |= {"inference_precision": result.precision, "model_sha256": record["model_sha256"],
-                "int8_ir_bin_sha256": int8_ir_sha256(params)}
+                "int8_ir_bin_sha256": int8_weights_sha256(params)}
     write_json(cfg.detections, result.detections)
     write_json(cfg.per_class, result.per_class)
     write_csv(cfg.bad_cases, cases, BAD_CASE_COLUMNS)
@@ -61,13 +73,61 @@ def main(params: Params) -> dict:
     return metrics
 
 
-def _paired(params: Params, family: Scored, baseline: dict, reference: list[dict], result) -> PairedDrop:
+def _matched(result, reference: list[dict], family: Scored) -> tuple:
+    """pycocotools' matching of FP32's and INT8's detections, every area range (None for a model that found
+    nothing): the mAP intervals, the per-size drops and the operating point all read it."""
+    truth = result.ground_truth
+    return tuple(matched(truth, detections, family.iou_type, sizes=True)
+                 if detections and truth["annotations"] else None for detections in (reference, result.detections))
+
+
+def _paired(params: Params, family: Scored, baseline: dict, reference: list[dict], result,
+            matches: tuple) -> PairedDrop:
     """The paired bootstrap of one metric family's drop (boxes, masks), around the full-set values measured."""
     cfg = params.int8_eval
     points = (baseline[family.key("map50_95")], result.value(family.key("map50_95")), baseline[family.key("map50")],
               result.value(family.key("map50")))
     return paired_drop(result.ground_truth, reference, result.detections, cfg.bootstrap_samples, cfg.ci_level,
-                       cfg.seed, points, family.iou_type)
+                       cfg.seed, points, family.iou_type, matches)
+
+
+def int8_conf(params: Params) -> float:
+    """The threshold INT8 is judged at: `deploy.int8_conf`, else the one FP32 ships with."""
+    return params.deploy.conf if params.deploy.int8_conf is None else params.deploy.int8_conf
+
+
+def _operating_point(params: Params, family: Scored, result, matches: tuple, weights) -> dict:
+    """Precision, recall and F1 of FP32 at `deploy.conf` and INT8 at its own, paired; the score shift; the advice."""
+    images = len(result.ground_truth["images"])
+    found = [Found.of(evaluator, images) if evaluator else None for evaluator in matches]
+    objects = next((f.objects for f in found if f), np.zeros(images, dtype=np.int64))
+    fp32, int8 = (f or Found.nothing(images, objects) for f in found)
+    point = at_threshold(fp32, int8, params.deploy.conf, int8_conf(params), weights, params.int8_eval.ci_level)
+    return point.fields(family.prefix)
+
+
+def _size_drops(params: Params, family: Scored, reference: list[dict], result, matches: tuple) -> dict:
+    """mAP50-95 of FP32 and INT8 on the objects of each COCO size range (pycocotools' stats[3:6]), the drop with
+    its paired interval, and how many objects the range holds; null values for a range without objects."""
+    cfg = params.int8_eval
+    evaluator = next((m for m in matches if m is not None), None)
+    if evaluator is None:
+        return {}
+    out = {}
+    for area in SIZES:
+        objects = (sum(counted_objects(e) for entries in area_entries(evaluator, area) for e in entries
+                       if e is not None)
+                   if area in evaluator.params.areaRngLbl else 0)  # keypoints: no small range
+        key = family.key(f"{area}_map50_95")
+        out[f"{family.prefix}{area}_objects"] = objects
+        if not objects:
+            out |= {key: None, f"baseline_{key}": None, f"{key}_drop": None}
+            continue
+        paired = paired_drop(result.ground_truth, reference, result.detections, cfg.bootstrap_samples, cfg.ci_level,
+                             cfg.seed, iou_type=family.iou_type, evaluators=matches, area=area)
+        out |= (paired.int8_map50_95.fields(key, 5) | paired.fp32_map50_95.fields(f"baseline_{key}", 5)
+                | paired.map50_95_drop.fields(f"{key}_drop", 5))
+    return out
 
 
 def drop_metrics(family: Scored, baseline: dict, result) -> dict:

@@ -8,19 +8,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-import openvino as ov
 
 from qgate import group_scores
 from qgate.cli import run_stage
-from qgate.backends import open_executor
+from qgate.executors import open_executor
 from qgate.dataset import split_images
 from qgate.heads import Postprocess
 from qgate.intervals import resample_indices
 from qgate.io import write_csv, write_json, write_text
-from qgate.mixed import Group, quantizer_groups
+from qgate.groups import Group
 from qgate.params import Params
-from qgate.artifacts import export_record, fp32_ir, int8_ir_sha256, model_dataset, require_int8_ir
+from qgate.artifacts import export_record, fp32_model, int8_weights_sha256, model_dataset, require_int8_model
 from qgate.plots import sensitivity_figure, svg_text
+from qgate.runtimes import runtime_for
 from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
@@ -37,10 +37,10 @@ def main(params: Params) -> dict:
     for output in (cfg.metrics, cfg.csv, cfg.plot):
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
-    int8_path = require_int8_ir(params)
-    core = ov.Core()
-    fp32, int8 = core.read_model(fp32_ir(params)), core.read_model(int8_path)
-    groups = quantizer_groups(int8)
+    int8_path = require_int8_model(params)
+    runtime = runtime_for(params)
+    fp32, int8 = runtime.read(fp32_model(params)), runtime.read(int8_path)
+    groups = runtime.quantizer_groups(int8)
     images = ranking_images(params, record)
     start = time.perf_counter()
     log.info("[1/2] sensitivity: %d quantizer groups, each compiled in float alone, on %d val images",
@@ -66,7 +66,7 @@ def main(params: Params) -> dict:
         "int8_detection_error": round(float(np.mean(scores["base"])), 6),
         "seconds": round(time.perf_counter() - start, 2),
         "model_sha256": record["model_sha256"],
-        "int8_ir_bin_sha256": int8_ir_sha256(params),
+        "int8_ir_bin_sha256": int8_weights_sha256(params),
     }
     if not rows:
         log.warning("no detection error on any ranking image (FP32 confident nowhere, or INT8 equal to it): "
@@ -87,12 +87,12 @@ def ranking_images(params: Params, record: dict) -> list[Path]:
     return [images[i * len(images) // count] for i in range(count)]
 
 
-def score_groups(params: Params, fp32: ov.Model, int8: ov.Model, groups: list[Group], images: list[Path], task,
+def score_groups(params: Params, fp32, int8, groups: list[Group], images: list[Path], task,
                  error=None, executor=None) -> dict:
     """`qgate.group_scores.score_groups` with this project's settings (precision, thresholds, image size)."""
     settings = Postprocess(conf=params.int8_eval.bad_case_conf, iou=params.baseline.iou,
                            max_det=params.baseline.max_det)
-    return group_scores.score_groups(fp32, int8, groups, images, params.model.imgsz,
+    return group_scores.score_groups(runtime_for(params), fp32, int8, groups, images, params.model.imgsz,
                                      params.baseline.inference_precision, settings, params.int8_eval.bad_case_iou,
                                      params.sensitivity.conf, task, error, executor)
 

@@ -3,43 +3,43 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import logging
 import math
-import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import openvino as ov
 import yaml
 
-from qgate.artifacts import INT8_IR_NAME, export_record, fp32_ir, model_dataset, require_output
-from qgate.backends import open_executor
-from qgate.benchmark_app import benchmark_round
+from qgate.artifacts import export_record, model_name, fp32_model, model_dataset, require_output
+from qgate.executors import open_executor
 from qgate.cli import run_stage
 from qgate.cpu import cpu_info, describe
+from qgate.deploy import RUNTIMES, quantizer_in_force
 from qgate.errors import QgateError
 from qgate.evaluator import Predictor, predict
 from qgate.intervals import Interval, PairedScorer, difference
 from qgate.io import read_json, sha256_file, write_csv, write_json, write_text
 from qgate.params import Params, TuneSpaceParams, as_dict, ignored_scope
 from qgate.paste import paste_block
+from qgate.precision import rule_scope
 from qgate.pipeline import baseline_postprocess, val_images
-from qgate.quantization import calibration_images, quantize_model, rule_scope
+from qgate.calibration import calibration_images
 from qgate.racing import (DROPPED, FAILED, PASSED, SAME, UNFINISHED, Budget, Candidate, Fastest, Limit, Race, contested,
                           fastest)
-from qgate.runtime import PortableModel
+from qgate.runtimes import runtime_for
+from qgate.speed_rounds import speed_round
 from qgate.tasks import task_for
 from qgate.tune_report import SCOPE_KEY, page_files, pareto_rows, scope_change, write_page
-from qgate.yolo import convert_onnx, export_onnx, load_detector
+from qgate.yolo import export_onnx, load_detector
 
 log = logging.getLogger(__name__)
 
 SPACE_KEYS = [field.name for field in dataclasses.fields(TuneSpaceParams)]
+QUANTIZER_NEUTRAL_KEYS = ("subset_size", "keep_decode_float")  # every quantizer reads these (calibration, float rules)
 IMGSZ_KEY = "imgsz"  # a candidate's deploy size, set only when it is not model.imgsz (tune.imgsz)
 
 
@@ -92,8 +92,12 @@ def search_space(params: Params, scope: dict | None) -> list[Candidate]:
     the current settings with autofix's float `scope` (`autofix_scope`), unless None; last, the current settings
     and the combinations again at each other deploy size of `tune.imgsz`."""
     current = {key: getattr(params.quantize, key) for key in SPACE_KEYS}
-    grid = [as_nncf_runs_it(dict(zip(SPACE_KEYS, values)), current) for values in
-            itertools.product(*(getattr(params.tune.space, key) for key in SPACE_KEYS))]
+    current["quantizer"] = quantizer_in_force(params.deploy.runtime, params.quantize.quantizer)
+    space = {key: getattr(params.tune.space, key) for key in SPACE_KEYS}
+    space["quantizer"] = [quantizer_in_force(params.deploy.runtime, q) for q in space["quantizer"]] or \
+        list(RUNTIMES[params.deploy.runtime].quantizers)
+    grid = [as_quantizer_runs_it(dict(zip(SPACE_KEYS, values)), current) for values in
+            itertools.product(*space.values())]
     settings = [current]
     for values in grid:
         if values not in settings:
@@ -104,9 +108,13 @@ def search_space(params: Params, scope: dict | None) -> list[Candidate]:
     return [Candidate(f"c{index}", values) for index, values in enumerate(at_model_size + other_sizes)]
 
 
-def as_nncf_runs_it(settings: dict, current: dict) -> dict:
-    """`settings` as NNCF acts on them: without model_type transformer SmoothQuant does not run, so its alpha is
-    the current one (a candidate that differs in it alone would be the same model)."""
+def as_quantizer_runs_it(settings: dict, current: dict) -> dict:
+    """`settings` as their quantizer acts on them (a candidate that differs only in what it ignores would be the
+    same model): another quantizer than NNCF reads none of NNCF's keys, and without model_type transformer NNCF's
+    SmoothQuant does not run, so its alpha is the current one."""
+    if settings["quantizer"] != "nncf":
+        return {**current, "quantizer": settings["quantizer"],
+                **{key: settings[key] for key in QUANTIZER_NEUTRAL_KEYS}}
     if settings["model_type"] == "transformer":
         return settings
     return {**settings, "smooth_quant_alpha": current["smooth_quant_alpha"]}
@@ -182,14 +190,15 @@ class SubsetScorer:
 
     def __init__(self, params: Params, record: dict, val: tuple[list[Path], tuple[str, ...]], executor):
         self.params, self.record, self.executor = params, record, executor
+        self.runtime = runtime_for(params)
         self.images, self.names = val
         self.task = task_for(record)
         self.tasks: dict[int, object] = {}  # deploy size -> the task's decoding at it (a segment head's masks)
         self.order = np.random.default_rng(params.tune.seed).permutation(len(self.images))
         self.baseline = _by_image(read_json(require_output(params.baseline.detections, "baseline")))
-        self.models: dict[str, ov.Model] = {}
-        self.fp32: dict[int, ov.Model] = {}  # deploy size -> the FP32 model exported at it
-        self.fingerprints: dict[str, str] = {}  # INT8 IR hash -> the first candidate that quantized to it
+        self.models: dict[str, object] = {}  # the runtime's INT8 models
+        self.fp32: dict[int, object] = {}  # deploy size -> the FP32 model exported at it
+        self.fingerprints: dict[str, str] = {}  # INT8 model hash -> the first candidate that quantized to it
         self.predicted: dict[str, dict[int, list[dict]]] = {}
         self.shapes: dict[int, tuple[int, int]] = {}
         self.subsets: dict[int, tuple[PairedScorer, dict]] = {}  # size -> scorer per family and FP32's scores
@@ -203,8 +212,8 @@ class SubsetScorer:
         start = time.perf_counter()
         imgsz = deploy_size(self.params, candidate.settings)
         task = self.tasks.setdefault(imgsz, task_for({**self.record, "imgsz": imgsz}))
-        predictor = Predictor(PortableModel(model), self.params.baseline.inference_precision, imgsz,
-                              baseline_postprocess(self.params), task)
+        predictor = Predictor(self.runtime, self.runtime.portable(model), self.params.baseline.inference_precision,
+                              imgsz, baseline_postprocess(self.params), task)
         per_image, shapes, _ = predict(self.executor, predictor, [self.images[i] for i in new],
                                        self.params.compute.shard_images)
         speed = len(new) / max(time.perf_counter() - start, 1e-9)
@@ -220,37 +229,30 @@ class SubsetScorer:
         return drops, speed
 
     def twin(self, candidate: Candidate) -> str:
-        """An earlier candidate whose INT8 model is this one's: the same graph and weights ('' if none).
-
-        Op names and the IR's runtime info are left out: new ops get numbered names, and NNCF writes the settings
-        it was called with into the runtime info.
-        """
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / INT8_IR_NAME
-            ov.save_model(self.model(candidate), path, compress_to_fp16=False)
-            graph = re.sub(r'<rt_info>.*?</rt_info>| name="[^"]*"', "", path.read_text(), flags=re.DOTALL)
-            fingerprint = hashlib.sha256(graph.encode()).hexdigest() + sha256_file(path.with_suffix(".bin"))
+        """An earlier candidate whose INT8 model is this one's: the same graph and weights ('' if none)."""
+        fingerprint = self.runtime.fingerprint(self.model(candidate))
         first = self.fingerprints.setdefault(fingerprint, candidate.name)
         if first == candidate.name:
             return ""
         del self.models[candidate.name]  # never scored: the first one's model stands for it
         return first
 
-    def model(self, candidate: Candidate) -> ov.Model:
+    def model(self, candidate: Candidate):
         """The candidate's INT8 model, quantized on first use."""
         if candidate.name not in self.models:
             params = with_settings(self.params, candidate.settings)
             log.info("tune %s: quantizing with %s", candidate.name, candidate.settings)
-            fp32 = self.fp32_model(params.model.imgsz)
+            fp32 = self.fp32_at(params.model.imgsz)
             calibration = calibration_images(params, model_dataset(params, self.record))
-            self.models[candidate.name] = quantize_model(fp32, calibration, params, list(rule_scope(fp32, params)))
+            self.models[candidate.name] = self.runtime.quantize(fp32, calibration, params,
+                                                                list(rule_scope(self.runtime, fp32, params)))
         return self.models[candidate.name]
 
-    def fp32_model(self, imgsz: int) -> ov.Model:
-        """The FP32 model at a deploy size: the export stage's IR at model.imgsz, else `model.weights` exported."""
+    def fp32_at(self, imgsz: int):
+        """The FP32 model at a deploy size: the export stage's at model.imgsz, else `model.weights` exported."""
         if imgsz not in self.fp32:
             if imgsz == self.params.model.imgsz:
-                self.fp32[imgsz] = ov.Core().read_model(fp32_ir(self.params))
+                self.fp32[imgsz] = self.runtime.read(fp32_model(self.params))
             else:
                 weights = self.params.model.weights
                 if sha256_file(weights) != self.record["model_sha256"]:
@@ -259,7 +261,7 @@ class SubsetScorer:
                 log.info("tune: exporting %s at imgsz %d", weights, imgsz)
                 with tempfile.TemporaryDirectory() as tmp:
                     onnx = export_onnx(load_detector(weights), weights, imgsz, self.params.export, Path(tmp))
-                    self.fp32[imgsz] = convert_onnx(onnx, weights, self.params.export.end2end)
+                    self.fp32[imgsz] = self.runtime.from_onnx(onnx, weights, self.params.export.end2end)
         return self.fp32[imgsz]
 
     def _subset(self, indices: list[int]) -> dict[str, tuple[PairedScorer, np.ndarray]]:
@@ -302,10 +304,10 @@ def measure_speed(params: Params, scorer: SubsetScorer, candidates: list[Candida
     if not scored:
         return {}, None, None
     with tempfile.TemporaryDirectory() as tmp:
-        irs = {"fp32": fp32_ir(params)}
+        irs = {"fp32": fp32_model(params)}
         for candidate in scored:
-            irs[candidate.name] = Path(tmp) / candidate.name / INT8_IR_NAME
-            ov.save_model(scorer.models[candidate.name], irs[candidate.name], compress_to_fp16=False)
+            irs[candidate.name] = Path(tmp) / candidate.name / model_name(params, "int8")
+            scorer.runtime.save(scorer.models[candidate.name], irs[candidate.name])
         speeds: dict[str, list[float]] = {name: [] for name in irs}
         sizes = {"fp32": params.model.imgsz} | {c.name: deploy_size(params, c.settings) for c in scored}
         began = time.perf_counter()
@@ -410,14 +412,14 @@ def with_screen(result: Fastest, screen: Fastest) -> Fastest:
 
 def sized_round(params: Params, irs: dict[str, Path], sizes: dict[str, int], speeds: dict[str, list[float]],
                 tmp: Path) -> None:
-    """One interleaved benchmark_app round of `irs`, each at its deploy size, appended to `speeds`. Each round
+    """One interleaved round of timed runs of `irs`, each at its deploy size, appended to `speeds`. Each round
     starts one place further down the list (FP32 first in the first), so no IR always runs at the same point of
     a round that lasts a minute with many candidates."""
     names = list(irs)
     shift = len(speeds[names[0]]) % len(names)
     for name in names[shift:] + names[:shift]:  # each at its own size (benchmark_app's shape, when batch > 1)
-        benchmark_round({name: irs[name]}, params.baseline.inference_precision, params.benchmark, tmp / "reports",
-                        sizes[name], speeds, "tune")
+        speed_round(runtime_for(params), {name: irs[name]}, params.baseline.inference_precision, params.benchmark,
+                    tmp / "reports", sizes[name], speeds, "tune")
 
 
 def columns(task) -> list[str]:

@@ -362,6 +362,25 @@ def make_dataset(root: Path, images: int = 6, seed: int = 0, classes: int = len(
 QUICK_BENCHMARK = {"seconds": 1, "repeats": 2, "max_seconds": 8}
 
 
+def pycocotools_stats(ground_truth: dict, detections: list[dict], iou_type: str = "bbox") -> np.ndarray:
+    """pycocotools' own `summarize()` stats of `detections` with its default settings: what qgate must equal."""
+    import contextlib
+    import io
+
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress and the table
+        gt = COCO()
+        gt.dataset = ground_truth
+        gt.createIndex()
+        evaluator = COCOeval(gt, gt.loadRes(detections), iou_type)
+        evaluator.evaluate()
+        evaluator.accumulate()
+        evaluator.summarize()
+    return evaluator.stats
+
+
 def full_params(path: Path = ROOT / "params.yaml") -> dict:
     """Every key of a params file with its value (the file's or qgate's default), as plain YAML data to edit."""
     from qgate.params import as_dict, load_params

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from qgate.autofix_search import aimed_family
-from qgate.mixed import Group
+from qgate.groups import Group
 from qgate.params import load_params
 from qgate.plots import sensitivity_figure, svg_text
 from qgate.task_metrics import TASK_METRICS

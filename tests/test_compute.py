@@ -1,4 +1,4 @@
-"""`compute.backend: ray` on a real two-node Ray cluster on 127.0.0.1: the same results as local, and its faults."""
+"""`compute.executor: ray` on a real two-node Ray cluster on 127.0.0.1: the same results as local, and its faults."""
 
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qgate.backends import open_executor
+from qgate.executors import open_executor
 from qgate.errors import QgateError
 from qgate.evaluator import Predictor, prediction_job, shards
 from qgate.heads import Postprocess
 from qgate.tasks import Detect
 from qgate.params import ComputeParams, load_params
-from qgate.runtime import PortableModel
+from qgate.runtimes.openvino import OpenVINO
+from qgate.runtimes.openvino.inference import PortableModel
 from tests.conftest import ROOT, assert_fails_cleanly, copy_project, error_line, stage
 
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -50,7 +51,7 @@ def ray_cluster():
 
 def ray_compute(address: str, **overrides) -> dict:
     """`compute:` overrides (for copy_project) that run on the cluster at `address`."""
-    settings = {"backend": "ray", "address": address, "shard_images": 2, "timeout_s": 120, **overrides}
+    settings = {"executor": "ray", "address": address, "shard_images": 2, "timeout_s": 120, **overrides}
     return {f"compute__{key}": value for key, value in settings.items()}
 
 
@@ -111,7 +112,7 @@ def test_an_autofix_candidate_evaluates_the_same_on_ray(quantized_project, ray_c
     import openvino as ov
 
     from qgate.evaluator import evaluate
-    from qgate.mixed import quantizer_groups, revert
+    from qgate.runtimes.openvino.quantizer_groups import quantizer_groups, revert
 
     params = load_params(quantized_project / "params.yaml")
     core = ov.Core()
@@ -121,14 +122,14 @@ def test_an_autofix_candidate_evaluates_the_same_on_ray(quantized_project, ray_c
     candidate = revert(int8, fp32, groups, {0, len(groups) - 1})
     images = sorted((quantized_project / "data/images/val").glob("*.jpg"))
     names = tuple(json.loads((quantized_project / "metrics/export_record.json").read_text())["class_names"])
-    local = evaluate(candidate, images, names, params.model.imgsz)
+    local = evaluate(OpenVINO(), candidate, images, names, params.model.imgsz)
     with open_executor(ComputeParams("ray", ray_cluster, None, 1, 2, 120)) as executor:
-        remote = evaluate(candidate, images, names, params.model.imgsz, executor=executor, shard_images=2)
+        remote = evaluate(OpenVINO(), candidate, images, names, params.model.imgsz, executor=executor, shard_images=2)
     assert local.detections and remote.detections == local.detections
     assert (remote.map50_95, remote.map50, remote.per_class) == (local.map50_95, local.map50, local.per_class)
 
 
-def test_the_local_backend_never_imports_ray(tmp_path, quantized_project, tiny_weights):
+def test_the_local_executor_never_imports_ray(tmp_path, quantized_project, tiny_weights):
     project = copy_project(quantized_project, tmp_path / "p", tiny_weights)
     code = ("import sys; from qgate.params import load_params; from stages import baseline; "
             "baseline.main(load_params('params.yaml')); print('ray' in sys.modules)")
@@ -141,9 +142,9 @@ def test_the_local_backend_never_imports_ray(tmp_path, quantized_project, tiny_w
 def test_a_killed_worker_has_its_shards_retried(quantized_project, ray_cluster, caplog):
     params = load_params(quantized_project / "params.yaml")
     images = sorted((quantized_project / "data/images/val").glob("*.jpg")) * 10  # enough shards to outlive a kill
-    predictor = Predictor(PortableModel(quantized_project / "models/int8/model_int8.xml"), "f32", params.model.imgsz,
+    predictor = Predictor(OpenVINO(), PortableModel(quantized_project / "models/int8/model_int8.xml"), "f32", params.model.imgsz,
                           Postprocess(), Detect())
-    compute = ComputeParams(backend="ray", address=ray_cluster, workers=2, cpus_per_worker=1, shard_images=1,
+    compute = ComputeParams(executor="ray", address=ray_cluster, workers=2, cpus_per_worker=1, shard_images=1,
                             timeout_s=120)
     with open_executor(ComputeParams("local", None, None, 1, 1, 60)) as executor:
         expected = list(executor.run(prediction_job(predictor), shards(images, False, 1)))
@@ -169,7 +170,7 @@ def test_a_cluster_whose_workers_are_all_gone_fails_in_one_line(quantized_projec
         cluster.wait_for_nodes(timeout=60)
         params = load_params(quantized_project / "params.yaml")
         images = sorted((quantized_project / "data/images/val").glob("*.jpg")) * 10
-        predictor = Predictor(PortableModel(quantized_project / "models/int8/model_int8.xml"), "f32",
+        predictor = Predictor(OpenVINO(), PortableModel(quantized_project / "models/int8/model_int8.xml"), "f32",
                               params.model.imgsz, Postprocess(), Detect())
         compute = ComputeParams("ray", cluster.address, None, 1, 1, 15)
         with pytest.raises(QgateError, match="is gone or stuck") as failure, open_executor(compute) as executor:
@@ -177,7 +178,7 @@ def test_a_cluster_whose_workers_are_all_gone_fails_in_one_line(quantized_projec
             next(results)
             cluster.remove_node(worker_node)
             list(results)
-        assert "\n" not in str(failure.value) and "compute.backend: local" in str(failure.value)
+        assert "\n" not in str(failure.value) and "compute.executor: local" in str(failure.value)
     finally:
         cluster.shutdown()
 
@@ -242,7 +243,7 @@ def dying_client_servers(tmp_path, monkeypatch):
 def _demo_like(project: Path, copies: int) -> tuple[list[Path], Predictor]:
     params = load_params(project / "params.yaml")
     images = sorted((project / "data/images/val").glob("*.jpg")) * copies
-    return images, Predictor(PortableModel(project / "models/int8/model_int8.xml"), "f32", params.model.imgsz,
+    return images, Predictor(OpenVINO(), PortableModel(project / "models/int8/model_int8.xml"), "f32", params.model.imgsz,
                              Postprocess(), Detect())
 
 
@@ -323,7 +324,7 @@ def test_more_workers_than_the_cluster_has_cpus(tmp_path, quantized_project, tin
 
 
 @pytest.mark.parametrize("key, value, fragment", [
-    ("backend", "spark", "'compute.backend' is 'spark'"),
+    ("executor", "spark", "'compute.executor' is 'spark'"),
     ("address", "head-node", "'compute.address' is 'head-node'"),
     ("workers", 0, "'compute.workers' is 0"),
     ("shard_images", 0, "'compute.shard_images' is 0"),
@@ -340,7 +341,7 @@ def test_bad_compute_params(tmp_path, key, value, fragment):
 def test_demo_sensitivity_and_evaluations_on_ray_match_local(tmp_path, demo_checkout, ray_cluster):
     """The trained demo model: baseline, int8_eval and the sensitivity ranking, on the cluster, equal the pipeline's."""
     params = yaml.safe_load((demo_checkout / "params.yaml").read_text())
-    params["compute"] = {"backend": "ray", "address": ray_cluster, "shard_images": 8, "timeout_s": 300}
+    params["compute"] = {"executor": "ray", "address": ray_cluster, "shard_images": 8, "timeout_s": 300}
     project = tmp_path / "project"  # the demo's inputs, its own outputs: the stages write to fixed paths
     for name in ("models", "metrics", "artifacts", "reports"):
         shutil.copytree(demo_checkout / name, project / name, ignore=shutil.ignore_patterns("benchmark"))
@@ -368,7 +369,7 @@ def test_a_worker_share_of_cpus_is_not_pinned_and_computes_the_same(quantized_pr
     """Pinned, two 1-thread workers on one machine both took core 0 (half speed); the outputs must not move."""
     import numpy as np
 
-    from qgate.runtime import compile_model, head_outputs
+    from qgate.runtimes.openvino.inference import compile_model, head_outputs
 
     ir = quantized_project / "models/int8/model_int8.xml"
     shared, whole = compile_model(ir, "f32", threads=1), compile_model(ir, "f32")

@@ -145,10 +145,10 @@ def test_a_killed_export_leaves_a_staging_folder_that_the_next_run_removes_and_e
 @pytest.mark.cluster
 @pytest.mark.xdist_group("demo")  # the lane of every Ray test: two Ray instances never start at once
 def test_a_killed_stage_on_a_private_ray_instance_takes_the_instance_along(tmp_path, quantized_project, tiny_weights):
-    """A stage with `compute.backend: ray` and no address starts its own Ray instance (GCS, raylet, workers): Ray
+    """A stage with `compute.executor: ray` and no address starts its own Ray instance (GCS, raylet, workers): Ray
     ties them to the stage, so SIGKILL of the stage ends them, the next run completes, and Ray's agents end on
     their own (the only test that kills a Ray instance's driver; ~80 s, mostly the agents' exit)."""
-    project = copy_project(quantized_project, tmp_path, tiny_weights, compute__backend="ray", compute__workers=1,
+    project = copy_project(quantized_project, tmp_path, tiny_weights, compute__executor="ray", compute__workers=1,
                            compute__shard_images=2)
     (project / "metrics/baseline.json").unlink()
     running = _start("baseline", project)
@@ -174,7 +174,7 @@ def _without_timings(metrics: dict) -> dict:
 
 # (stage, the metrics file it writes last, the log line of its long step, params for a short run on the tiny model);
 # int8_eval runs the tiny model in about a second, mostly start-up: too short to kill part way on purpose
-KILLED_PART_WAY = [("quantize", "metrics/quantize.json", "[2/3] quantize: NNCF", {}),
+KILLED_PART_WAY = [("quantize", "metrics/quantize.json", "[2/3] quantize: the nncf quantizer", {}),
                    ("sensitivity", "metrics/sensitivity.json", "[1/2] sensitivity:",
                     {"sensitivity__images": 2, "sensitivity__conf": 0.0})]
 

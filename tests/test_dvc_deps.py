@@ -16,22 +16,32 @@ from tests.conftest import ROOT
 PACKAGES = ("qgate", "stages")
 
 
+REGISTERED = re.compile(r"((?:qgate|stages)(?:\.\w+)+):\w+")  # a registry's "module:Class" (qgate.runtimes.RUNTIMES)
+
+
 def imported_modules(path: Path) -> set[str]:
-    """Project modules (`qgate.x`, `stages.y`) a file imports anywhere in it, function bodies included."""
+    """Project modules (`qgate.x`, `stages.y`) a file imports anywhere in it, function bodies included, with the
+    packages a submodule's import runs first, and the modules a registry names as "module:Class" (imported by
+    name at run time, whichever params choose)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and REGISTERED.fullmatch(node.value):
+            names = [REGISTERED.fullmatch(node.value).group(1)]
         else:
             continue
+        names = [".".join(name.split(".")[:end]) for name in names for end in range(2, name.count(".") + 2)]
         found |= {name for name in names if name.split(".")[0] in PACKAGES and _file(name).is_file()}
     return found
 
 
 def _file(module: str) -> Path:
-    return ROOT / (module.replace(".", "/") + ".py")
+    """A module's file: `a/b.py`, or `a/b/__init__.py` for a package."""
+    path = ROOT / module.replace(".", "/")
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 def code_closure(module: str) -> set[str]:
@@ -43,8 +53,7 @@ def code_closure(module: str) -> set[str]:
             continue
         seen.add(current)
         todo += imported_modules(_file(current))
-    return {_file(m).relative_to(ROOT).as_posix() for m in seen if not m.endswith("__init__")} - {
-        "qgate/__init__.py", "stages/__init__.py"}
+    return {_file(m).relative_to(ROOT).as_posix() for m in seen} - {"qgate/__init__.py", "stages/__init__.py"}
 
 
 STAGES = pipeline_stages(ROOT)["stages"]  # tune's pipeline file too: it runs from the root (wdir ..)
@@ -63,7 +72,13 @@ def test_stage_depends_on_exactly_the_code_it_runs(name):
 def test_the_closure_follows_imports_inside_functions():
     # qgate.report imports qgate.badcases inside a function; the sensitivity stage imports qgate.heads on top
     assert "qgate/badcases.py" in code_closure("qgate.report")
-    assert {"stages/sensitivity.py", "qgate/heads.py", "qgate/mixed.py"} <= code_closure("stages.sensitivity")
+    assert {"stages/sensitivity.py", "qgate/heads.py", "qgate/groups.py"} <= code_closure("stages.sensitivity")
+
+
+def test_the_closure_follows_packages_and_the_runtime_registry():
+    # stages ask qgate.runtimes for the runtime params name; its modules are imported by name from RUNTIMES
+    assert {"qgate/runtimes/__init__.py", "qgate/runtimes/openvino/__init__.py",
+            "qgate/runtimes/openvino/quantizer_groups.py"} <= code_closure("stages.sensitivity")
 
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())

@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from qgate import offline
-from qgate.divergence import instrument
 from qgate.evaluator import image_tensor
-from qgate.heads import output_layers
-from qgate.mixed import quantizer_groups, revert
-from qgate.precision import WEIGHTED_TYPES
+from qgate.runtimes.openvino.head_graph import output_layers
+from qgate.runtimes.openvino.ops import WEIGHTED_TYPES
+from qgate.runtimes.openvino.quantizer_groups import quantizer_groups, revert
+from qgate.runtimes.openvino.taps import instrument
 from qgate.task_metrics import BOX, KEYPOINTS as POSE, MASK, TASK_METRICS
 from stages.demo_data import DEMO_LABELS
 from tests.conftest import (DEMO_CLASSES, assert_fails_cleanly, error_line, make_dataset, stage, stage_in_process,
@@ -78,7 +78,7 @@ def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
     int8 = json.loads((tmp_path / "metrics/int8.json").read_text())
     assert {f.key("map50_95_drop_ci_high") for f in TASK_METRICS[task].scored} == set(int8) & FAMILY_DROP_HIGHS
     quantize = json.loads((tmp_path / "metrics/quantize.json").read_text())
-    assert quantize["fake_quantize_count"] > 0 and quantize["ops_float_by_decode_rule"] > 0
+    assert quantize["quantizer_count"] > 0 and quantize["ops_float_by_decode_rule"] > 0
     with open(tmp_path / "reports/precision_table.csv") as handle:
         decode = [r for r in csv.DictReader(handle) if r["why"].startswith("ignored by the head-decode rule")]
     assert decode and all(r["precision"] == "float" for r in decode)

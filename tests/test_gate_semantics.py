@@ -25,7 +25,7 @@ _FIRST = (json.loads((SAMPLE_PROJECT / "metrics/sensitivity.json").read_text())[
 IMAGES = json.loads((SAMPLE_PROJECT / "metrics/int8.json").read_text())["images"]  # the demo's val images
 WHERE_TO_LOOK = f"divergent layer {_FIRST}" if _FIRST else "no divergent layer (none ends below"
 ALL_GATES = [
-    "accuracy_map50_95_drop", "speed_speedup", "drift_detection_error", "drift_nan_inf", "drift_layers_below_floor",
+    "accuracy_map50_95_drop", "accuracy_recall_at_conf_drop", "accuracy_f1_at_conf_drop", "speed_speedup", "drift_detection_error", "drift_nan_inf", "drift_layers_below_floor",
     "structure_op_inventory", "structure_quantized", "structure_ignored_scope_float", "provenance_same_model",
 ]
 
@@ -98,6 +98,24 @@ def _dropped(project: Path, drop: float = 0.05, low: float = 0.04, high: float =
               map50_95_drop_rel_ci_low=round(low / fp32, 5), map50_95_drop_rel_ci_high=round(high / fp32, 5))
 
 
+def _rate_dropped(project: Path, key: str, drop: float = 0.08, low: float = 0.06, high: float = 0.1,
+                  **changes) -> None:
+    """INT8's `key` (recall_at_conf, small_map50_95) `drop` [low, high] below FP32's, consistently (the judge
+    checks)."""
+    fp32 = json.loads((project / "metrics/int8.json").read_text())[f"baseline_{key}"]
+    edit_json(project, "metrics/int8.json", **{f"{key}_drop": drop, f"{key}_drop_ci_low": low,
+                                               f"{key}_drop_ci_high": high, key: round(fp32 - drop, 5),
+                                               f"{key}_ci_low": round(fp32 - high, 5),
+                                               f"{key}_ci_high": round(fp32 - low, 5)}, **changes)
+
+
+def _scores_fell(project: Path) -> None:
+    """INT8's recall at the threshold fell because its scores fell: the shift's interval below 0, a threshold that
+    restores recall."""
+    _rate_dropped(project, "recall_at_conf", score_shift=-0.2, score_shift_ci_low=-0.22, score_shift_ci_high=-0.18,
+                  advised_int8_conf=0.125, advised_int8_recall=0.95, advised_int8_precision=0.9)
+
+
 def _class_dropped(project: Path) -> None:
     """INT8's first class 0.3 below FP32's, as if quantization had lost it."""
     path = project / "metrics/int8_per_class.json"
@@ -117,6 +135,17 @@ BREAKS = [
      ["violates limit >= 0.99", "the FP32 model is already below the floor"]),
     ("accuracy_per_class_drop", lambda p: (edit_gates(p, max_class_map50_95_drop=0.1), _class_dropped(p)),
      ["violates limit <= 0.1", "class 'ellipse'"]),
+    ("accuracy_recall_at_conf_drop", _scores_fell,
+     ["= 0.08 [0.06, 0.1] (95%) violates limit <= 0.03", "at 0.25", "INT8's scores moved (median score shift",
+      "Paste this under `deploy:`"]),
+    ("accuracy_f1_at_conf_drop", lambda p: _rate_dropped(p, "f1_at_conf", score_shift=0.0, score_shift_ci_low=-0.01,
+                                                        score_shift_ci_high=0.01),  # scores did not move
+     ["= 0.08 [0.06, 0.1] (95%) violates limit <= 0.03", WHERE_TO_LOOK, "reports/bad_cases.csv"]),
+    ("accuracy_small_map50_95_drop", lambda p: (edit_gates(p, max_small_map50_95_drop=0.05),  # the demo has none
+                                                edit_json(p, "metrics/int8.json", small_objects=12,
+                                                          baseline_small_map50_95=0.5),
+                                                _rate_dropped(p, "small_map50_95")),
+     ["= 0.08 [0.06, 0.1] (95%) violates limit <= 0.05", "small objects"]),
     ("speed_int8_latency", lambda p: edit_gates(p, max_latency_ms=0.5),
      ["int8_latency_ms =", "violates limit <= 0.5", "benchmark.hint"]),
     ("speed_speedup", lambda p: edit_json(p, "metrics/benchmark.json", speedup_fps=1.01, speedup_fps_ci_low=0.98,
@@ -134,8 +163,8 @@ BREAKS = [
     ("structure_op_inventory",
      lambda p: edit_json(p, "metrics/int8_record.json", fp32_ops_missing=["/model.9/m/MaxPool"]),
      ["= 1 violates limit <= 0", "/model.9/m/MaxPool"]),
-    ("structure_quantized", lambda p: edit_json(p, "metrics/quantize.json", fake_quantize_count=0),
-     ["fake_quantize_count = 0 violates limit >= 1", "quantize.ignored_scope"]),
+    ("structure_quantized", lambda p: edit_json(p, "metrics/quantize.json", quantizer_count=0),
+     ["quantizer_count = 0 violates limit >= 1", "quantize.ignored_scope"]),
     ("structure_ignored_scope_float", _ignored_row_made_int8, ["= 1 violates limit <= 0", "int8 anyway: /model.22"]),
     ("provenance_same_model", _weights_changed, ["changed since metrics/export_record.json was written: every stage "
                                                  "from export on measured another model", "`dvc repro`"]),
@@ -226,9 +255,9 @@ INCONSISTENT = [
     ("fp32_quoted_differently", _shifted_baseline, "accuracy_map50_95_drop",
      "'baseline_map50_95'", "int8_eval"),
     ("int8_ir_swapped", lambda p: _other_ir_in_place(p, "models/int8/model_int8.bin"), "structure_quantized",
-     "models/int8/model_int8.bin is not the IR it measured", "quantize"),
+     "models/int8/model_int8.bin is not the model it measured", "quantize"),
     ("fp32_ir_swapped", lambda p: _other_ir_in_place(p, "models/export/model_fp32.bin"), "provenance_same_model",
-     "models/export/model_fp32.bin is not the IR it measured", "export"),
+     "models/export/model_fp32.bin is not the model it measured", "export"),
     ("imgsz_changed_without_a_rerun", lambda p: edit_params(p, "model", imgsz=320), "accuracy_map50_95_drop",
      "it was measured with model.imgsz 192, and model.imgsz is now 320", "export"),
     ("a_param_dvc_recorded_changed", _recorded_param_changed, "structure_quantized",
@@ -289,7 +318,7 @@ def test_judge_writes_junit_report_and_table_and_fails_on_a_failed_gate(project)
     junit = (project / "reports/gates.xml").read_text()
     assert 'name="test_gate[accuracy_map50_95_drop]"' in junit and "<failure" in junit
     report = (project / "reports/report.md").read_text()
-    assert report.startswith("# qgate report: FAIL: 1 of 9 gates failed (accuracy_map50_95_drop)")
+    assert report.startswith("# qgate report: FAIL: 1 of 11 gates failed (accuracy_map50_95_drop)")
     assert ("| accuracy_map50_95_drop | mAP50-95 drop, FP32 - INT8 | 0.05 | [0.04, 0.06] (95%) | <= 0.01 | **FAIL** |"
             in report)
     assert "> **FAIL**: accuracy_map50_95_drop: map50_95_drop = 0.05 [0.04, 0.06] (95%) violates" in report
@@ -428,7 +457,7 @@ def test_the_terminal_shows_the_table_then_what_to_do_then_the_headline(project)
     assert f"look at: {WHERE_TO_LOOK}" in blocks[0]
     assert blocks[1].startswith("inconclusive (pass)  speed_speedup: INT8 / FP32 throughput, x 1.35 [1.25, 1.45]")
     assert "decided by its point estimate: passed" in blocks[1] and "benchmark pairs (not " in blocks[1]
-    assert blocks[2].splitlines() == ["FAIL: 1 of 9 gates failed (accuracy_map50_95_drop); 1 inconclusive: "
+    assert blocks[2].splitlines() == ["FAIL: 1 of 11 gates failed (accuracy_map50_95_drop); 1 inconclusive: "
                                       "speed_speedup", "report: reports/report.md, reports/report.html"]
 
 

@@ -6,7 +6,8 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from qgate.heads import End2EndHead, RawHead, decode_ops
+from qgate.heads import End2EndHead, RawHead
+from qgate.runtimes.openvino.head_graph import decode_ops
 
 
 def test_raw_detection_error_counts_box_overlap_and_class_score_on_fp32_confident_anchors():

@@ -59,7 +59,7 @@ def _pose_task(folder, own_sigmas: list[float] | None) -> Pose:
     """The pose task as the export record builds it, judged on a dataset yaml with or without its own sigmas."""
     yaml_path = folder / "pose.yaml"
     yaml_path.write_text(yaml.safe_dump({"names": ["person"]} | ({"kpt_oks_sigmas": own_sigmas} if own_sigmas else {})))
-    fields = Pose.export_fields(None, SimpleNamespace(model=SimpleNamespace(kpt_shape=list(KPT_SHAPE))), yaml_path)
+    fields = Pose.export_fields([], SimpleNamespace(model=SimpleNamespace(kpt_shape=list(KPT_SHAPE))), yaml_path)
     return Pose.from_record(json.loads(json.dumps(fields)), RawHead)  # through the record's JSON
 
 

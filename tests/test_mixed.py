@@ -6,8 +6,9 @@ import numpy as np
 import openvino as ov
 
 from qgate.evaluator import image_tensor
-from qgate.mixed import ignored_names, quantizer_groups, revert
-from qgate.precision import WEIGHTED_TYPES, weight_quantizer
+from qgate.groups import ignored_names
+from qgate.runtimes.openvino.ops import WEIGHTED_TYPES, weight_quantizer
+from qgate.runtimes.openvino.quantizer_groups import quantizer_groups, revert
 
 
 def _models(project):

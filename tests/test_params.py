@@ -77,6 +77,13 @@ def test_repository_params_load():
                      id="bad-precision"),
         pytest.param(lambda p: p["baseline"].update(iou=1.5), "'baseline.iou' must be within [0, 1]",
                      id="iou-range"),
+        pytest.param(lambda p: p.setdefault("deploy", {}).update(conf=1.2), "'deploy.conf' must be within [0, 1]",
+                     id="deploy-conf-range"),
+        pytest.param(lambda p: p.setdefault("deploy", {}).update(int8_conf=-0.1),
+                     "'deploy.int8_conf' must be within [0, 1]", id="deploy-int8-conf-range"),
+        pytest.param(lambda p: p["gates"].update(max_recall_drop=1.5),
+                     "'gates.max_recall_drop' is 1.5; use a value in [0, 1] (mAP and fractions lie there) or null",
+                     id="recall-limit-above-one"),
         pytest.param(lambda p: p["sensitivity"].update(rank_quantile=0.0),
                      "'sensitivity.rank_quantile' is 0.0; use a value in (0, 1]", id="rank-quantile-range"),
         pytest.param(lambda p: p["int8_eval"].update(ci_level=1.0),
@@ -179,7 +186,7 @@ def test_a_params_file_of_an_earlier_release_loads_with_one_notice_and_runs(tmp_
     assert len(notes) == 1 and "34 keys are no longer params" in notes[0] and "baseline.metrics" in notes[0]
     assert "gates.min_output_sqnr_db" in notes[0]  # a replaced gate's key, holding the value it shipped with
     resolved = yaml.safe_load((tmp_path / "params.resolved.yaml").read_text())
-    assert resolved["compute"]["backend"] == "local"  # added since: its default
+    assert resolved["compute"]["executor"] == "local"  # added since: its default
     # the same values as this release's file, but for the defaults since changed that the old file spells out:
     # a value written in params.yaml is the user's, whatever the release
     current = as_dict(load_params(ROOT / "params.yaml"))

@@ -11,9 +11,9 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from qgate.heads import output_layers
 from qgate.params import load_params
-from qgate.quantization import advanced_parameters
+from qgate.runtimes.openvino.head_graph import output_layers
+from qgate.runtimes.nncf_settings import advanced_parameters
 from tests.conftest import ROOT, assert_fails_cleanly, copy_project, stage
 
 
@@ -26,7 +26,7 @@ def test_quantize_writes_int8_ir_table_and_metrics(quantized_project):
     metrics = json.loads((quantized_project / "metrics" / "quantize.json").read_text())
     model = ov.Core().read_model(quantized_project / "models" / "int8" / "model_int8.xml")
     fake_quantizes = sum(op.get_type_name() == "FakeQuantize" for op in model.get_ops())
-    assert metrics["fake_quantize_count"] == fake_quantizes > 0
+    assert metrics["quantizer_count"] == fake_quantizes > 0
     rows = _rows(quantized_project)
     assert metrics["ops_int8"] == sum(r["precision"] == "int8" for r in rows) > 0
     decode = [r for r in rows if r["name"] == "/model.22/dfl/conv/Conv"]

@@ -91,6 +91,19 @@ def judged(request) -> Judged:
     return Judged("pose", runner.checkout, runner.gate)
 
 
+def test_onnx_runtime_scores_the_segment_reference_as_openvino_does(segment_gated):
+    """Runtime parity on masks: the segmentation reference's exported ONNX on ONNX Runtime scores the box and mask
+    mAP50-95 its FP32 IR scores on OpenVINO, within 0.002."""
+    from tests.test_reference import onnx_runtime_fp32
+
+    baseline = json.loads((segment_gated.checkout / "metrics/baseline.json").read_text())
+    theirs = onnx_runtime_fp32(segment_gated.checkout)
+    print(f"FP32 mask mAP50-95: OpenVINO {baseline['mask_map50_95']:.5f}, ONNX Runtime "
+          f"{theirs.task_metrics['mask_map50_95']:.5f}; boxes {baseline['map50_95']:.5f}, {theirs.map50_95:.5f}")
+    assert abs(theirs.task_metrics["mask_map50_95"] - baseline["mask_map50_95"]) <= 0.002
+    assert abs(theirs.map50_95 - baseline["map50_95"]) <= 0.002
+
+
 def test_make_gate_judges_the_task_on_its_own_metric_and_boxes(judged):
     """First of the module, so it pays for `make gate` of each task (segment ~2 min at 640; pose: `fresh_runner`,
     the workflow's gate job): the only end-to-end runs of a model that is not boxes alone."""

@@ -18,7 +18,7 @@ import openvino as ov
 import pytest
 import yaml
 
-from qgate.artifacts import fp32_ir, int8_ir
+from qgate.artifacts import fp32_model, int8_model
 from qgate.errors import QgateError
 from qgate.intervals import Interval
 from qgate.params import Params, ignored_scope, load_params
@@ -50,7 +50,7 @@ def _autofix_block(params: Params, names: list[str]) -> str:
 def _autofix_keeps_float(project: Path, count: int) -> list[str]:
     """autofix's block in `project`, naming the first `count` convolutions of its FP32 IR."""
     params = load_params(project / "params.yaml")
-    model = ov.Core().read_model(project / fp32_ir(params))
+    model = ov.Core().read_model(project / fp32_model(params))
     names = [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_type_name() == "Convolution"][:count]
     (project / "reports").mkdir(exist_ok=True)
     (project / params.autofix.scope).write_text(_autofix_block(params, names))
@@ -273,7 +273,7 @@ def test_the_finalists_run_benchmark_repeats_rounds_after_a_screen_tune_max_seco
     params = load_params(quantized_project / "params.yaml")
     params = dataclasses.replace(params, benchmark=dataclasses.replace(params.benchmark, seconds=1, repeats=3,
                                                                        max_seconds=0))
-    irs = {"fp32": quantized_project / fp32_ir(params), "c0": quantized_project / int8_ir(params)}
+    irs = {"fp32": quantized_project / fp32_model(params), "c0": quantized_project / int8_model(params)}
     sizes, speeds = {name: params.model.imgsz for name in irs}, {name: [] for name in irs}
     sized_round(params, irs, sizes, speeds, tmp_path)
     run_screen(params, irs, sizes, speeds, tmp_path, time.perf_counter(), 1.0)

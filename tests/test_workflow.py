@@ -190,4 +190,4 @@ def test_the_cluster_gate_points_compute_at_the_secret_address(tmp_path):
                               text=True, env={**os.environ, "QGATE_RAY_ADDRESS": address}, timeout=60)
         assert done.returncode == status, done.stderr
     compute = load_params(tmp_path / "params.yaml").compute
-    assert (compute.backend, compute.address) == ("ray", "ray://10.0.0.5:10001")
+    assert (compute.executor, compute.address) == ("ray", "ray://10.0.0.5:10001")

@@ -47,17 +47,6 @@ def _dies_with_this_process(command: list[str]) -> list[str]:
     return [sys.executable, "-c", _LAUNCHER, str(os.getpid()), *command]
 
 
-def benchmark_round(irs: dict[str, Path], precision: str, cfg: BenchmarkParams, report_dir: Path, imgsz: int,
-                    speeds: dict[str, list[float]], label: str) -> None:
-    """One benchmark_app run of every IR, back to back, appended to `speeds[name]`: higher is faster (FPS under
-    the throughput hint, 1000 / median latency in ms under latency). Interleaved rounds pair the IRs' runs."""
-    for name, ir in irs.items():
-        index = len(speeds.setdefault(name, []))
-        log.info("[round %d] %s benchmark: %s (%s, %d s)", index + 1, label, name, cfg.hint, cfg.seconds)
-        run = run_benchmark_app(ir, precision, cfg, report_dir / f"{name}_{index}", imgsz)
-        speeds[name].append(run["fps"] if cfg.hint == "throughput" else 1000.0 / run["latency_ms"])
-
-
 def error_text(done: subprocess.CompletedProcess) -> str:
     """benchmark_app's own error, on one line: from its first error line to the end, tracebacks dropped."""
     lines = [line.strip() for line in (done.stdout + "\n" + done.stderr).splitlines() if line.strip()]

@@ -1,4 +1,4 @@
-"""The executor `compute.backend` names: this process (`qgate.compute`) or Ray actors (`qgate.cluster`)."""
+"""The executor `compute.executor` names: this process (`qgate.compute`) or Ray actors (`qgate.cluster`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from qgate.params import ComputeParams
 
 @contextlib.contextmanager
 def open_executor(compute: ComputeParams) -> Iterator[LocalExecutor]:
-    """The executor `compute.backend` names, released (Ray actors and a private instance torn down) on exit."""
-    if compute.backend == "ray":
+    """The executor `compute.executor` names, released (Ray actors and a private instance torn down) on exit."""
+    if compute.executor == "ray":
         from qgate.cluster import RayExecutor  # Ray is imported only when asked for
 
         executor = RayExecutor(compute)

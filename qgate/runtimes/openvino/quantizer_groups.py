@@ -1,7 +1,7 @@
 """Mixed precision by graph surgery: put chosen quantizer groups of an NNCF INT8 IR back in float.
 
 A group is a set of activation FakeQuantize ops with every op they feed (through ops that keep int8,
-as in `precision.upstream_quantizers`) and those ops' int8 weights and corrected biases; quantizers that
+as in `ops.upstream_quantizers`) and those ops' int8 weights and corrected biases; quantizers that
 feed a common op share a group, as an op only runs in float once all its inputs are float (an ignored-scope
 entry removes them all; NNCF groups its quantizers the same way). Reverting a group bypasses its
 FakeQuantize ops and restores the FP32 IR's weights and biases: what NNCF produces when those ops are
@@ -11,22 +11,11 @@ model computes exactly the FP32 IR's output.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import openvino as ov
 import openvino.opset13 as opset
 
-from qgate.precision import SKIPPED_TYPES, has_weights, upstream_quantizers, weight_quantizer
-
-
-@dataclass(frozen=True)
-class Group:
-    """Activation quantizers and the ops that read their int8 outputs; `weighted` are those ops with int8 weights."""
-
-    quantizers: tuple[str, ...]
-    ops: tuple[str, ...]
-    weighted: tuple[str, ...]
+from qgate.groups import Group, joined_by_readers
+from qgate.runtimes.openvino.ops import SKIPPED_TYPES, has_weights, upstream_quantizers, weight_quantizer
 
 
 def quantizer_groups(int8: ov.Model) -> list[Group]:
@@ -44,37 +33,7 @@ def quantizer_groups(int8: ov.Model) -> list[Group]:
             readers[name] = quantizers
             if weighted_op and weight_quantizer(op.input_value(1).get_node()) is not None:
                 weighted.add(name)
-    root = _union(readers.values())
-    members: dict[str, list[str]] = {}
-    for quantizers in readers.values():
-        for fq in quantizers:
-            members.setdefault(root(fq), [])
-            if fq not in members[root(fq)]:
-                members[root(fq)].append(fq)
-    ops: dict[str, list[str]] = {}
-    for name, quantizers in readers.items():
-        ops.setdefault(root(quantizers[0]), []).append(name)
-    return [Group(tuple(members[r]), tuple(ops[r]), tuple(n for n in ops[r] if n in weighted)) for r in members]
-
-
-def _union(sets) -> Callable[[str], str]:
-    """Union-find over names: `root(name)` is the same for every name linked through a shared set."""
-    parent: dict[str, str] = {}
-
-    def root(name: str) -> str:
-        parent.setdefault(name, name)
-        while parent[name] != name:
-            parent[name] = parent[parent[name]]
-            name = parent[name]
-        return name
-
-    for names in sets:
-        first = root(names[0])
-        for name in names[1:]:
-            other = root(name)
-            if other != first:
-                parent[other] = first
-    return root
+    return joined_by_readers(readers, weighted)
 
 
 def revert(int8: ov.Model, fp32: ov.Model, groups: list[Group], selected: set[int]) -> ov.Model:
@@ -110,8 +69,3 @@ def _copy(value: ov.Output) -> ov.Output:
     """A constant of this model's own (a node shared between two models would tie their graphs together)."""
     node = value.get_node()
     return opset.constant(node.get_data().copy()).output(0) if node.get_type_name() == "Constant" else value
-
-
-def ignored_names(groups: list[Group], selected: set[int]) -> list[str]:
-    """The op names to add to `quantize.ignored_scope.names` for the selected groups, in graph order."""
-    return list(dict.fromkeys(name for i, group in enumerate(groups) if i in selected for name in group.ops))
