@@ -54,7 +54,7 @@ test-fast: setup  ## the inner loop (minutes): no model built, no training, no p
 
 # The stages the gates read, and whatever they need: the demo's data and training run only when model.*
 # points at the demo (they are upstream of export then), never for your own detector (qgate.gates.GATED_STAGES).
-GATED_STAGES := export baseline quantize int8_eval benchmark divergence sensitivity autofix
+GATED_STAGES := export baseline quantize int8_eval robustness benchmark divergence sensitivity autofix
 
 inputs: setup  ## the model and data the gated stages read: here, pulled from the DVC remote, or one line naming them
 	$(BIN)/python -m qgate.inputs

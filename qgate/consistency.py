@@ -43,11 +43,12 @@ def _outside_intervals(data: dict) -> list[str]:
 
 
 def _derived(params: Params, path: str, data: dict, read: Callable[[str], Any]) -> list[str]:
-    """INT8's drops are FP32 minus INT8, with the FP32 values the baseline wrote; autofix's drop likewise."""
-    if path not in (params.int8_eval.metrics, params.autofix.metrics):
+    """INT8's drops are FP32 minus INT8, with the FP32 values the baseline wrote; autofix's drop likewise; a shift's
+    judged drop is its worst severity's."""
+    if path not in (params.int8_eval.metrics, params.autofix.metrics, params.robustness.metrics):
         return []
     baseline = read(params.baseline.metrics)
-    found = []
+    found = _worst_shifts(data) if path == params.robustness.metrics else []
     prefix = "fixed_" if path == params.autofix.metrics else ""
     for key, drop in data.items():
         if not (key.startswith(prefix) and key.endswith("_drop") and _is_number(drop)):
@@ -66,6 +67,24 @@ def _derived(params: Params, path: str, data: dict, read: Callable[[str], Any]) 
             quoted = baseline[key[len("baseline_"):]]
             if abs(fp32 - quoted) > TOLERANCE:
                 found.append(f"'{key}' {fp32} is not the {quoted} of {params.baseline.metrics}")
+    return found
+
+
+def _worst_shifts(data: dict) -> list[str]:
+    """Each shift's judged drop (`bright_map50_95_drop`) is the largest of its severities' and names that one."""
+    found = []
+    for name in data.get("shifts") or []:
+        for key, severity in data.items():
+            if not (key.startswith(f"{name}_") and key.endswith("_drop_severity")):
+                continue
+            metric = key[len(name) + 1:-len("_drop_severity")]
+            drops = {s: data.get(f"{name}_{s}_{metric}_drop") for s in data.get("severities") or []}
+            judged = data.get(key[:-len("_severity")])
+            if not all(_is_number(d) for d in (judged, *drops.values())) or severity not in drops:
+                found.append(f"'{key[:-len('_severity')]}' lacks the drop of a severity it was chosen from")
+            elif abs(judged - drops[severity]) > TOLERANCE or drops[severity] < max(drops.values()) - TOLERANCE:
+                found.append(f"'{key[:-len('_severity')]}' {judged} is not the largest drop of its severities "
+                             f"{drops}")
     return found
 
 
@@ -92,6 +111,11 @@ def _recorded_params(params: Params, path: str, data: dict) -> list[str]:
                                               params.deploy.runtime, params.quantize.quantizer))},
                 params.int8_eval.metrics: {"bootstrap_samples": ("int8_eval.bootstrap_samples",
                                                                  params.int8_eval.bootstrap_samples)},
+                params.robustness.metrics: {"shifts": ("robustness.shifts", list(params.robustness.shifts)),
+                                            "severities": ("robustness.severities", list(params.robustness.severities)),
+                                            "seed": ("robustness.seed", params.robustness.seed),
+                                            "bootstrap_samples": ("robustness.bootstrap_samples",
+                                                                  params.robustness.bootstrap_samples)},
                 params.benchmark.metrics: {"hint": ("benchmark.hint", params.benchmark.hint),
                                            "batch": ("benchmark.batch", params.benchmark.batch),
                                            "seconds": ("benchmark.seconds", params.benchmark.seconds)}}.get(path, {})

@@ -97,9 +97,10 @@ def to_tensor(image: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(image[:, :, ::-1].transpose(2, 0, 1)[None].astype(np.float32) / 255.0)
 
 
-def image_tensor(source: Path | EncodedImage, imgsz: int) -> np.ndarray:
-    """Read, resize and letterbox one image into the float tensor the plain IR takes (calibration, capture)."""
-    return to_tensor(letterbox(load_image(source, imgsz)[0], imgsz)[0])
+def image_tensor(source: Path | EncodedImage, imgsz: int, shift=None, index: int = 0) -> np.ndarray:
+    """Read, resize and letterbox one image into the float tensor the plain IR takes (calibration, capture);
+    shifted first by `shift`, as the `index`-th image of its split (`load_image`)."""
+    return to_tensor(letterbox(load_image(source, imgsz, shift, index)[0], imgsz)[0])
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,13 @@ from qgate.cpu import describe
 from qgate.io import sha256_file
 from qgate.paste import paste_block
 from qgate.params import Params
-from qgate.task_metrics import Scored, recorded
+from qgate.task_metrics import Scored, recorded, shift_key
 from qgate.verdicts import FAIL, INCONCLUSIVE, PASS, decide, samples_to_resolve
 
 # The DVC stages whose outputs the gates read (the Makefile's GATED_STAGES, checked by tests/test_setup.py):
 # `make gate` runs these and what they need, promote requires them (not the demo's, for your model) up to date.
-GATED_STAGES = ("export", "baseline", "quantize", "int8_eval", "benchmark", "divergence", "sensitivity", "autofix")
+GATED_STAGES = ("export", "baseline", "quantize", "int8_eval", "robustness", "benchmark", "divergence", "sensitivity",
+                "autofix")
 
 
 PAIRS = "benchmark pairs"  # the speed-up's samples: more of them need a larger benchmark.max_seconds
@@ -74,8 +75,10 @@ class Metrics:
             params.baseline.per_class: "baseline", params.quantize.metrics: "quantize",
             params.quantize.record: "quantize", params.quantize.precision_table: "quantize",
             params.int8_eval.metrics: "int8_eval", params.int8_eval.per_class: "int8_eval",
+            params.robustness.metrics: "robustness", params.robustness.csv: "robustness",
             params.benchmark.metrics: "benchmark", params.divergence.metrics: "divergence",
-            params.divergence.csv: "divergence", params.sensitivity.metrics: "sensitivity",
+            params.divergence.csv: "divergence", params.divergence.shifts_csv: "divergence",
+            params.sensitivity.metrics: "sensitivity",
             params.sensitivity.csv: "sensitivity", params.autofix.metrics: "autofix", params.autofix.scope: "autofix",
             params.autofix.steps: "autofix", params.autofix.prices: "autofix", params.int8_eval.bad_cases: "int8_eval",
         }
@@ -186,6 +189,9 @@ def gates(params: Params) -> list[Gate]:
           for rate, title, limit in (("recall", "recall", g.max_recall_drop), ("f1", "F1", g.max_f1_drop))),
         Gate(f"accuracy_{own.key('small_map50_95_drop')}", own.key("small_map50_95_drop"), g.max_small_map50_95_drop,
              "<=", _reader(_small_drop, own), f"{own.title()} drop on small objects"),
+        *(Gate(f"accuracy_shift_{name}_{own.key('map50_95_drop')}", f"{name} {own.key('map50_95_drop')}",
+               g.max_shift_map50_95_drop, "<=", _reader(_shift_drop, own, name),
+               f"{own.title()} drop under {name.replace('_', ' ')}, FP32 - INT8") for name in params.robustness.shifts),
         Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, "<=", _latency, "INT8 median latency, ms"),
         Gate("speed_speedup", "speedup_fps", g.min_speedup, ">=", _speedup, "INT8 / FP32 throughput, x"),
         Gate("drift_detection_error", "detection_error", g.max_detection_error, "<=", _detection_error,
@@ -488,6 +494,44 @@ def _small_drop(m: Metrics, limit: float, family: Scored) -> Reading:
     return _with_interval(m, path, f"{key}_drop", _accuracy_hint(m), caveat)
 
 
+def _shift_drop(m: Metrics, limit: float, family: Scored, name: str) -> Reading:
+    """INT8's drop under one shift at the severity where it is largest, beside the clean drop."""
+    path = m.params.robustness.metrics
+    severity = int(m.number(path, f"{shift_key(family, name)}_drop_severity"))
+    key = shift_key(family, f"{name}_{severity}")
+    clean = m.number(m.params.int8_eval.metrics, family.key("map50_95_drop"))
+    caveat = (f"the worst of severities {', '.join(map(str, m.params.robustness.severities))}: at {severity}, FP32 "
+              f"{m.number(path, f'baseline_{key}'):.4f}, INT8 {m.number(path, key):.4f}; on clean images the drop "
+              f"is {clean:.4f}")
+    shifted = name.replace("_", " ")
+    fix = (f"Ranges calibrated on clean images can clip what {shifted} makes of them: try `range_estimator: minmax` "
+           "under `quantize:`, and judge the clean gates too (wider ranges round coarser)"
+           if m.params.quantize.range_estimator != "minmax" else
+           f"The ranges are already the widest (`range_estimator: minmax`): calibrate on images like the {shifted} "
+           "ones too (a calib split with shifted copies), or keep the layer named float")
+    hint = f"{_layer_under_shift(m, name)}the drop per severity in {m.params.robustness.csv}; {_accuracy_hint(m)}. " + fix
+    return _with_interval(m, path, f"{shift_key(family, name)}_drop", hint, caveat)
+
+
+def _layer_under_shift(m: Metrics, name: str) -> str:
+    """'under bright (severity 3) layer X diverges: 2.1 dB (31.0 dB on the clean images), 4.2% clipped; ...; ' from
+    the divergence stage's pass over the same images shifted, or '' without it."""
+    div = m.params.divergence
+    try:
+        row = next((r for r in m.read(div.shifts_csv) if r.get("shift") == name), None)
+        m.value(div.metrics, "model_sha256")  # the table is current when divergence.json is
+    except MetricsUnavailable:
+        return ""
+    if not row or not row.get("layer"):
+        return ""
+    what = "diverges" if row["divergent"] == "1" else "loses the most SQNR against the clean images"
+    clipped = f", {float(row['clip_fraction']):.1%} of its values clipped" if row.get("clip_fraction") else ""
+    advice = f"; {row['advice']}" if row.get("advice") else ""
+    return (f"under {name.replace('_', ' ')} (severity {row['severity']}, the divergence images) layer {row['layer']} "
+            f"{what}: {float(row['sqnr_db']):.1f} dB ({float(row['clean_sqnr_db']):.1f} dB clean){clipped}{advice} "
+            f"({div.shifts_csv}); ")
+
+
 def _per_class(m: Metrics, path: str, sibling: str, key: str) -> dict[str, float | None]:
     m.value(sibling, "model_sha256")  # the per-class file is current when the file written beside it is
     rows = m.read(path)
@@ -562,7 +606,8 @@ def _ignored_float(m: Metrics, limit: int) -> Reading:
 def _provenance(m: Metrics, limit: int) -> Reading:
     p = m.params
     for path in (p.baseline.metrics, p.quantize.metrics, p.quantize.record, p.int8_eval.metrics,
-                 p.benchmark.metrics, p.divergence.metrics, p.sensitivity.metrics, p.autofix.metrics):
+                 p.robustness.metrics, p.benchmark.metrics, p.divergence.metrics, p.sensitivity.metrics,
+                 p.autofix.metrics):
         m.value(path, "model_sha256")  # raises on a stale file, naming it
     weights = Path(p.model.weights)
     recorded = m.value(p.export.record, "model_sha256")

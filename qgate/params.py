@@ -167,6 +167,19 @@ class Int8EvalParams:
 
 
 @dataclass(frozen=True)
+class RobustnessParams:
+    """`robustness:` FP32 and INT8 scored on shifted copies of the val images (qgate.shifts)."""
+
+    shifts: tuple[str, ...]
+    severities: tuple[int, ...]
+    seed: int
+    bootstrap_samples: int
+    # outputs: fixed paths, not keys
+    metrics = "metrics/robustness.json"
+    csv = "reports/robustness.csv"
+
+
+@dataclass(frozen=True)
 class BenchmarkParams:
     """`benchmark:` the FP32 and INT8 models timed with identical settings (OpenVINO: benchmark_app)."""
 
@@ -200,6 +213,7 @@ class DivergenceParams:
     csv = "reports/divergence.csv"
     table = "reports/divergence.md"
     plot = "reports/divergence_sqnr.csv"
+    shifts_csv = "reports/divergence_shifts.csv"  # the same images under each of robustness.shifts
     metrics = "metrics/divergence.json"
 
 
@@ -281,6 +295,7 @@ class GatesParams:
     max_recall_drop: float | None
     max_f1_drop: float | None
     max_small_map50_95_drop: float | None
+    max_shift_map50_95_drop: float | None
     max_latency_ms: float | None
     min_speedup: float
     max_detection_error: float
@@ -329,6 +344,7 @@ class Params:
     baseline: BaselineParams
     quantize: QuantizeParams
     int8_eval: Int8EvalParams
+    robustness: RobustnessParams
     benchmark: BenchmarkParams
     divergence: DivergenceParams
     sensitivity: SensitivityParams

@@ -17,9 +17,11 @@ REGISTRY_NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9-/_]*[a-zA-Z0-9])?")  # gto.c
 RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5}")  # a Ray client or GCS address: host:port
 RANGE_ESTIMATORS = ("default", "minmax", "mean_minmax", "median_minmax", "mean_no_outliers_minmax", "mean_quantile",
                     "histogram")  # `default`: NNCF's for the preset; the others: nncf's RangeEstimatorParametersSet
+# qgate.shifts.SHIFTS' names (tests/test_shifts.py checks): that module needs OpenCV, loading params does not
+SHIFT_NAMES = ("dark", "bright", "low_contrast", "gaussian_noise", "defocus_blur", "motion_blur", "jpeg")
 MAX_IMGSZ = 4096  # larger sides need more memory than a CI runner has; no YOLO checkpoint is trained above 1536
 OPTIONAL_GATES = ("max_map50_95_drop_rel", "min_int8_map50_95", "max_class_map50_95_drop", "max_latency_ms",
-                  "max_recall_drop", "max_f1_drop", "max_small_map50_95_drop")
+                  "max_recall_drop", "max_f1_drop", "max_small_map50_95_drop", "max_shift_map50_95_drop")
 MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
 
 
@@ -60,6 +62,7 @@ def check_values(params: Any, path: Path) -> None:
         raise QgateError(f"{path}: 'autofix.price_rounds' is {params.autofix.price_rounds} and 'price_seconds' "
                          f"{params.autofix.price_seconds:g}; use 0 rounds (no pricing) or 2 or more (an interval needs "
                          "two), and seconds > 0")
+    _check_robustness(params.robustness, path)
     _check_gates(params.gates, path)
     # a target below 0 asks INT8 to beat FP32: no gate is switched off by it, it only makes autofix search longer
     if not -1.0 <= params.autofix.target_drop <= 1.0:
@@ -74,6 +77,19 @@ def check_values(params: Any, path: Path) -> None:
     _check_compute(params.compute, path)
     _check_tune(params.tune, path)
     _check_tune_quantizers(params, path)
+
+
+def _check_robustness(robustness: Any, path: Path) -> None:
+    """Known shifts, each once; severities ImageNet-C defines, each once (a repeat would be judged twice)."""
+    for shift in robustness.shifts:
+        _one_of(path, "robustness.shifts", shift, SHIFT_NAMES)
+    if len(set(robustness.shifts)) != len(robustness.shifts):
+        raise QgateError(f"{path}: 'robustness.shifts' lists a shift twice; list each once")
+    severities = robustness.severities
+    if not severities and robustness.shifts or len(set(severities)) != len(severities) \
+            or any(not 1 <= s <= 5 for s in severities):
+        raise QgateError(f"{path}: 'robustness.severities' is {tuple(severities)}; list distinct severities in "
+                         "1..5, e.g. [1, 3]")
 
 
 def _check_promote(params: Any, path: Path) -> None:
@@ -132,7 +148,7 @@ def _check_gates(gates: Any, path: Path) -> None:
     """Each threshold within the range of what it limits, so that no value switches its gate off unseen."""
     fractions = ("max_map50_95_drop", "max_mask_map50_95_drop", "max_pose_map50_95_drop", "max_map50_95_drop_rel",
                  "min_int8_map50_95", "max_class_map50_95_drop", "max_layers_below_sqnr_floor_frac", "max_recall_drop",
-                 "max_f1_drop", "max_small_map50_95_drop")
+                 "max_f1_drop", "max_small_map50_95_drop", "max_shift_map50_95_drop")
     for key in fractions:
         value = getattr(gates, key)
         if value is not None and not 0.0 <= value <= 1.0:
@@ -177,9 +193,11 @@ def _check_statistics(params: Any, path: Path) -> None:
                        ("autofix.ci_level", params.autofix.ci_level), ("gates.confidence", params.gates.confidence)):
         if level is not None and not 0.0 < level < 1.0:
             raise QgateError(f"{path}: '{key}' is {level}; use a level in (0, 1), e.g. 0.95")
-    if params.int8_eval.bootstrap_samples < MIN_BOOTSTRAP_SAMPLES:
-        raise QgateError(f"{path}: 'int8_eval.bootstrap_samples' is {params.int8_eval.bootstrap_samples}; use at "
-                         f"least {MIN_BOOTSTRAP_SAMPLES} (1000 takes seconds)")
+    for key, samples in (("int8_eval.bootstrap_samples", params.int8_eval.bootstrap_samples),
+                         ("robustness.bootstrap_samples", params.robustness.bootstrap_samples)):
+        if samples < MIN_BOOTSTRAP_SAMPLES:
+            raise QgateError(f"{path}: '{key}' is {samples}; use at least {MIN_BOOTSTRAP_SAMPLES} (1000 takes "
+                             "seconds)")
     _one_of(path, "gates.inconclusive", params.gates.inconclusive, ("point", "pass", "fail"))
     confidence = params.gates.confidence
     for key, level in (("int8_eval.ci_level", params.int8_eval.ci_level),

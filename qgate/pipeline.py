@@ -36,18 +36,19 @@ def baseline_postprocess(params: Params) -> Postprocess:
 
 
 def evaluate_model(params: Params, model: Path | object, record: dict, executor=None,
-                val: tuple[list[Path], tuple[str, ...]] | None = None) -> Evaluation:
+                val: tuple[list[Path], tuple[str, ...]] | None = None, shift=None) -> Evaluation:
     """Evaluate a model (path or the runtime's model) on the baseline's split with its settings (`.precision`: the
     one run).
 
     `executor` (`qgate.executors.open_executor`; None: this process) runs the prediction; `val` (from
-    `val_images`) spares a caller that evaluates many models re-reading and re-validating the dataset each time.
+    `val_images`) spares a caller that evaluates many models re-reading and re-validating the dataset each time;
+    `shift` (`qgate.shifts.Shift`) shifts every image first.
     """
     cfg = params.baseline
     images, names = val or val_images(params, record)
     log.info("evaluating %s on %d %s images (%s executor)", model if isinstance(model, Path) else "model",
              len(images), cfg.split, params.compute.executor)
     result = evaluate(runtime_for(params), model, images, names, params.model.imgsz, baseline_postprocess(params),
-                      task_for(record), cfg.inference_precision, executor, params.compute.shard_images)
+                      task_for(record), cfg.inference_precision, executor, params.compute.shard_images, shift)
     log.info("evaluated at %s: %.1f images/s", result.precision, result.images_per_second)
     return result

@@ -40,14 +40,29 @@ def build(metrics: Metrics, verdicts: list[Verdict], params_text: str) -> tuple[
     params = metrics.params
     verdict = headline(verdicts)
     sections = [_results(metrics), _gates(params, verdicts), _registry(metrics), _autofix(metrics),
-                _divergence(metrics), _at_threshold(metrics), _per_size(metrics), _per_class(metrics),
+                _divergence(metrics), _at_threshold(metrics), _shifted(metrics), _per_size(metrics),
+                _per_class(metrics),
                 _bad_cases(metrics), *_runtimes(metrics), _method(metrics),
                 Section("Params used", ["`params.yaml` as judged:"], code=params_text, code_collapsed=True)]
     if all(v.passed for v in verdicts):
         for section in sections:
             if section.title in FOLDED_ON_PASS:
                 section.summary = _fold_line(metrics, section.title)
-    return verdict, sections
+    return verdict, _failures_first(sections, verdicts)
+
+
+# The section that explains each gate (by name pattern), moved up to follow the verdict table when the gate fails
+EXPLAINED_BY = (("_at_conf_drop", "At the deployed threshold"), ("accuracy_shift_", "Under shifted inputs"),
+                ("small_map50_95_drop", "Accuracy per object size"), ("per_class", "Accuracy per class"),
+                ("drift_", "Where INT8 diverges"))
+
+
+def _failures_first(sections: list[Section], verdicts: list[Verdict]) -> list[Section]:
+    """Results and the gates, then the sections that explain the failed or undecided gates, then the rest."""
+    wanted = [title for v in needs_attention(verdicts) for pattern, title in EXPLAINED_BY if pattern in v.gate]
+    lead = [s for title in dict.fromkeys(wanted) for s in sections if s.title == title]
+    head, rest = sections[:2], [s for s in sections[2:] if s not in lead]
+    return head + lead + rest
 
 
 def _fold_line(m: Metrics, title: str) -> str:
@@ -372,6 +387,55 @@ def _at_threshold(m: Metrics) -> Section:
     return Section("At the deployed threshold", text, [(["metric", "FP32", "INT8", "drop"], rows)])
 
 
+def _shifted(m: Metrics) -> Section:
+    """The task's own mAP50-95 of FP32 and INT8 against severity, one line per shift (severity 0: the clean images),
+    and each shift's drops with their intervals, worst first."""
+    p = m.params
+    title = "Under shifted inputs"
+    if not p.robustness.shifts:
+        return Section(title, ["No shift is judged (`robustness.shifts: []`)."])
+    try:
+        m.value(p.robustness.metrics, "model_sha256")
+        rows = m.read(p.robustness.csv)
+    except MetricsUnavailable as exc:
+        return Section(title, [str(exc)])
+    own = recorded(p.export.record).primary
+    rows = [r for r in rows if r["metric"] == own.key("map50_95")]
+    clean = (_get(m, p.baseline.metrics, own.key()), _get(m, p.int8_eval.metrics, own.key()))
+    clean_drop = _num(_get(m, p.int8_eval.metrics, own.key("map50_95_drop")))
+    text = [f"FP32 and INT8 scored on the `{p.baseline.split}` images after each shift of `robustness.shifts` "
+            f"(ImageNet-C's formulas, severity 1 mild to 5 severe, seed {p.robustness.seed}): INT8's drop there "
+            f"against its drop on the clean images ({clean_drop}). Each shift's gate judges its largest drop, with a "
+            "paired interval (judged). Quantized models often lose more on shifted images than on clean ones: a "
+            "range calibrated on clean images can clip them."]
+    table = [[r["shift"].replace("_", " "), r["severity"], r["fp32"], r["int8"],
+              f"{float(r['drop']):.4f}" + (f" [{float(r['drop_ci_low']):.4f}, {float(r['drop_ci_high']):.4f}] (judged)"
+                                          if r["drop_ci_low"] else "")]
+             for r in sorted(rows, key=lambda r: -float(r["drop"]))]
+    figures = [_shift_plot(rows, clean, own.title())] if rows and None not in clean else []
+    return Section(title, text, [(["shift", "severity", f"FP32 {own.title()}", f"INT8 {own.title()}", "drop"], table)],
+                   figures)
+
+
+def _shift_plot(rows: list[dict], clean: tuple[float, float], metric: str) -> tuple[str, str, bytes]:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for index, shift in enumerate(dict.fromkeys(r["shift"] for r in rows)):
+        points = sorted((int(r["severity"]), float(r["fp32"]), float(r["int8"])) for r in rows if r["shift"] == shift)
+        severities = [0, *(s for s, _, _ in points)]
+        colour = f"C{index}"
+        ax.plot(severities, [clean[0], *(f for _, f, _ in points)], "-o", color=colour, ms=3,
+                label=f"{shift.replace('_', ' ')}: FP32")
+        ax.plot(severities, [clean[1], *(i for _, _, i in points)], "--s", color=colour, ms=3, label="INT8")
+    ax.set_xticks(range(0, max(int(r["severity"]) for r in rows) + 1))
+    ax.set_xlabel("severity (0: clean images)")
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2, loc="lower left")
+    return figure(fig, f"{metric} against shift severity: FP32 solid, INT8 dashed, one colour per shift")
+
+
 def _per_size(m: Metrics) -> Section:
     """mAP50-95 per COCO object size, FP32 and INT8, the drop with its interval, worst first."""
     path = m.params.int8_eval.metrics
@@ -382,7 +446,8 @@ def _per_size(m: Metrics) -> Section:
             drop = _get(m, path, f"{key}_drop")
             rows.append((drop is None, -(drop or 0.0), [
                 f"{family.title(size)}", _num(objects), _ap(_get(m, path, f"baseline_{key}")),
-                _ap(_get(m, path, key)), NO_INSTANCES if drop is None else f"{drop:.4f} {_range(m, path, f'{key}_drop')}"]))
+                _ap(_get(m, path, key)),
+                NO_INSTANCES if drop is None else f"{drop:.4f} {_range(m, path, f'{key}_drop')}"]))
     text = ["mAP50-95 on the objects of each COCO size (area in pixels of the original image: small under 32x32, "
             "large over 96x96), worst drop first: quantization often loses small objects first."]
     return Section("Accuracy per object size", text,

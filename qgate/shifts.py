@@ -123,3 +123,4 @@ class Shift:
         """The shifted copy of BGR uint8 `image`, the `index`-th of its split (its randomness: seed and index)."""
         rng = np.random.default_rng([self.seed, index])
         return SHIFTS[self.name](image, self.severity, rng)
+

@@ -10,7 +10,7 @@ INDENT = "    "
 
 
 def headline(verdicts: list[Verdict]) -> str:
-    """'PASS: all 11 gates passed', 'PASS (1 inconclusive: g): ...' or 'FAIL: 1 of 11 gates failed (g)'."""
+    """'PASS: all 15 gates passed', 'PASS (1 inconclusive: g): ...' or 'FAIL: 1 of 15 gates failed (g)'."""
     failed = [v.gate for v in verdicts if not v.passed]
     undecided = [v.gate for v in verdicts if v.state == INCONCLUSIVE]
     note = f"{len(undecided)} inconclusive: {', '.join(undecided)}" if undecided else ""

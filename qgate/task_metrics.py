@@ -73,3 +73,9 @@ def recorded(record_path: str | Path) -> TaskMetrics:
     except (OSError, ValueError, AttributeError):
         name = "detect"
     return TASK_METRICS.get(name, TASK_METRICS["detect"])
+
+
+def shift_key(family: Scored, shift: str, metric: str = "map50_95") -> str:
+    """'bright_2_map50_95' (a shift at one severity), 'bright_mask_map50_95' (a shift's worst severity): the keys of
+    metrics/robustness.json."""
+    return f"{shift}_{family.key(metric)}"

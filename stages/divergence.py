@@ -18,6 +18,7 @@ from qgate.io import write_csv, write_json, write_text
 from qgate.params import Params
 from qgate.artifacts import export_record, fp32_model, int8_weights_sha256, model_dataset, require_int8_model
 from qgate.runtimes import Runtime, runtime_for
+from qgate.shifts import Shift
 from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ COLUMNS = ["index", "name", "port", "type", "sqnr_db", "local_drop_db", "diverge
 def main(params: Params) -> dict:
     """Capture every layer of both models on the chosen images, streaming; write the table, plot data and metrics."""
     cfg = params.divergence
-    for output in (cfg.metrics, cfg.csv, cfg.table, cfg.plot):
+    for output in (cfg.metrics, cfg.csv, cfg.table, cfg.plot, cfg.shifts_csv):
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
     int8_path = require_int8_model(params)
@@ -41,16 +42,16 @@ def main(params: Params) -> dict:
     fp32, int8 = runtime.read(fp32_model(params)), runtime.read(int8_path)
     keys = runtime.match_layers(fp32, int8, str(fp32_model(params)), str(int8_path))
     images = choose_images(params, record)
-    log.info("[1/2] divergence: %d layers, %d images", len(keys), len(images))
-    stats, quantizers, output_stats, instrumentation, detections = _capture(params, runtime, fp32, int8, keys,
-                                                                            images, task_for(record))
+    shifts = shifted_views(params)
+    log.info("[1/2] divergence: %d layers, %d images, clean and under %d shifts", len(keys), len(images), len(shifts))
+    compiled = _compiled(params, runtime, fp32, int8, keys)
+    capture = _Capture(params, runtime, compiled, keys, fp32, int8, task_for(record))
+    positions = _positions(params, record)
+    rows, output_stats, instrumentation, detections = capture.run([(path, None, 0) for path in images])
     log.info("[2/2] divergence: ranking layers")
-    rows = layer_rows(runtime.producers(fp32), runtime.layer_facts(int8), keys, stats, quantizers,
-                      cfg.concat_range_ratio)
-    broken = divergent(rows, cfg.local_drop_db, cfg.divergent_sqnr_db)
-    for row in rows:
-        row["divergent"] = int(row in broken)
+    broken = _mark_divergent(rows, cfg)
     first = broken[0] if broken else None
+    shifted = [_under_shift(capture, cfg, shift, images, positions, rows) for shift in shifts]
     below_floor = sum(r["sqnr_db"] < cfg.sqnr_floor_db for r in rows)
     metrics = {
         "detection_error": round(detections.mean, 5),
@@ -66,10 +67,12 @@ def main(params: Params) -> dict:
         "instrumentation_sqnr_db": round(instrumentation, 3),
         "layers": len(rows),
         "images": len(images),
+        **{f"{row['shift']}_{key}": row[key] for row in shifted for key in SHIFT_FIELDS},
         "model_sha256": record["model_sha256"],
         "int8_ir_bin_sha256": int8_weights_sha256(params),
     }
     write_csv(cfg.csv, rows, COLUMNS)
+    write_csv(cfg.shifts_csv, shifted, SHIFT_COLUMNS)
     write_csv(cfg.plot, [{"index": r["index"], "sqnr_db": r["sqnr_db"]} for r in rows], ["index", "sqnr_db"])
     write_text(cfg.table, markdown_table(rows, broken, cfg.top_k, metrics))
     write_json(cfg.metrics, metrics)
@@ -95,30 +98,84 @@ def choose_images(params: Params, record: dict) -> list[Path]:
     return chosen + [rest[i] for i in sorted(order)]
 
 
-def _capture(params: Params, runtime: Runtime, fp32, int8, keys: list, images: list[Path], task):
+def shifted_views(params: Params) -> list[Shift]:
+    """Each shift of `robustness.shifts` at its most severe listed severity: where a range breaks, if anywhere."""
+    cfg = params.robustness
+    return [Shift(name, max(cfg.severities), cfg.seed) for name in cfg.shifts]
+
+
+def _positions(params: Params, record: dict) -> dict[Path, int]:
+    """Each image's index in its split: a shift's randomness is seeded by it, as robustness's evaluation is."""
+    return {path: index for index, path in enumerate(split_images(model_dataset(params, record),
+                                                                  params.baseline.split))}
+
+
+def _mark_divergent(rows: list[dict], cfg) -> list[dict]:
+    broken = divergent(rows, cfg.local_drop_db, cfg.divergent_sqnr_db)
+    for row in rows:
+        row["divergent"] = int(row in broken)
+    return broken
+
+
+def _under_shift(capture: "_Capture", cfg, shift: Shift, images: list[Path], positions: dict[Path, int],
+                 clean: list[dict]) -> dict:
+    """The same images under `shift`: the first divergent layer there, else the layer that lost most SQNR against
+    the clean images; its SQNR both ways, how much of its range clips, and the table's advice."""
+    rows = capture.run([(path, shift, positions[path]) for path in images])[0]
+    broken = _mark_divergent(rows, cfg)
+    clean_sqnr = {(r["name"], r["port"]): r["sqnr_db"] for r in clean}
+    lost = lambda r: clean_sqnr[(r["name"], r["port"])] - r["sqnr_db"]  # noqa: E731
+    layer = broken[0] if broken else max((r for r in rows if r["introduces_error"]), key=lost, default=None)
+    if layer is None:
+        return {"shift": shift.name, "severity": shift.severity, "layer": "", "divergent": 0}
+    return {"shift": shift.name, "severity": shift.severity, "layer": layer["name"], "divergent": int(bool(broken)),
+            "sqnr_db": layer["sqnr_db"], "clean_sqnr_db": clean_sqnr[(layer["name"], layer["port"])],
+            "clip_fraction": layer["clip_fraction"], "advice": layer["advice"]}
+
+
+SHIFT_COLUMNS = ["shift", "severity", "layer", "divergent", "sqnr_db", "clean_sqnr_db", "clip_fraction", "advice"]
+SHIFT_FIELDS = ("layer", "divergent")  # in divergence.json as '<shift>_layer': what the shift gate's hint names
+
+
+def _compiled(params: Params, runtime: Runtime, fp32, int8, keys: list) -> tuple:
+    """FP32 and INT8 with every matched layer tapped, and the plain INT8: compiled once for every pass."""
     precision = params.baseline.inference_precision
-    n_outputs = len(runtime.output_shapes(fp32))
-    fp32_c, int8_c, plain_c = (runtime.compile(m, precision, hint="LATENCY", uint8_input=False)
-                               for m in (runtime.instrument(fp32, keys), runtime.instrument(int8, keys), int8))
-    stats = {key: LayerStats() for key in keys}
-    position = {key: n_outputs + i for i, key in enumerate(keys)}
-    quantizers = runtime.activation_quantizers(int8)
-    output_stats, instrumentation_sq = LayerStats(), [0.0, 0.0]
-    detections = DetectionError(task, params.int8_eval.bad_case_conf)
-    for path in tqdm(images, desc="divergence", unit="img", leave=False, disable=None):
-        tensor = image_tensor(path, params.model.imgsz)
-        ref, test, plain = (runtime.infer(compiled, tensor) for compiled in (fp32_c, int8_c, plain_c))
-        for key in keys:
-            stats[key].update(ref[position[key]], test[position[key]])
-        for key, quantizer in quantizers.items():
-            if key in position:
-                quantizer.update(ref[position[key]])
-        output_stats.update(ref[0], plain[0])
-        detections.update(tuple(r[0] for r in ref[:task.outputs]), tuple(p[0] for p in plain[:task.outputs]))
-        difference = test[0].astype(np.float64) - plain[0]
-        instrumentation_sq[0] += float((plain[0].astype(np.float64) ** 2).sum())
-        instrumentation_sq[1] += float((difference ** 2).sum())
-    return stats, quantizers, output_stats, sqnr_db(*instrumentation_sq), detections
+    return tuple(runtime.compile(m, precision, hint="LATENCY", uint8_input=False)
+                 for m in (runtime.instrument(fp32, keys), runtime.instrument(int8, keys), int8))
+
+
+class _Capture:
+    """Every tapped layer of both models over a list of images: the divergence table's rows and the output facts."""
+
+    def __init__(self, params: Params, runtime: Runtime, compiled: tuple, keys: list, fp32, int8, task):
+        self.params, self.runtime, self.compiled, self.keys, self.task = params, runtime, compiled, keys, task
+        self.producers, self.facts, self.int8 = runtime.producers(fp32), runtime.layer_facts(int8), int8
+        self.outputs = len(runtime.output_shapes(fp32))
+
+    def run(self, views: list[tuple[Path, Shift | None, int]]) -> tuple[list[dict], LayerStats, float,
+                                                                       DetectionError]:
+        """(rows, output SQNR stats, instrumentation SQNR, detection error) over (image, shift, split index)."""
+        params, runtime, keys, task = self.params, self.runtime, self.keys, self.task
+        stats = {key: LayerStats() for key in keys}
+        position = {key: self.outputs + i for i, key in enumerate(keys)}
+        quantizers = runtime.activation_quantizers(self.int8)
+        output_stats, instrumentation_sq = LayerStats(), [0.0, 0.0]
+        detections = DetectionError(task, params.int8_eval.bad_case_conf)
+        for path, shift, index in tqdm(views, desc="divergence", unit="img", leave=False, disable=None):
+            tensor = image_tensor(path, params.model.imgsz, shift, index)
+            ref, test, plain = (runtime.infer(compiled, tensor) for compiled in self.compiled)
+            for key in keys:
+                stats[key].update(ref[position[key]], test[position[key]])
+            for key, quantizer in quantizers.items():
+                if key in position:
+                    quantizer.update(ref[position[key]])
+            output_stats.update(ref[0], plain[0])
+            detections.update(tuple(r[0] for r in ref[:task.outputs]), tuple(p[0] for p in plain[:task.outputs]))
+            difference = test[0].astype(np.float64) - plain[0]
+            instrumentation_sq[0] += float((plain[0].astype(np.float64) ** 2).sum())
+            instrumentation_sq[1] += float((difference ** 2).sum())
+        rows = layer_rows(self.producers, self.facts, keys, stats, quantizers, params.divergence.concat_range_ratio)
+        return rows, output_stats, sqnr_db(*instrumentation_sq), detections
 
 
 def markdown_table(rows: list[dict], broken: list[dict], top_k: int, metrics: dict) -> str:

@@ -115,16 +115,26 @@ def gate_own_model(dest: Path, recipe: dict) -> tuple[Path, subprocess.Completed
 def demo_checkout(tmp_path_factory) -> Path:
     """A copy of the checkout after the real `dvc repro` of the demo pipeline. The demo's model is in git: demo_data
     draws the same bytes on every CPU, so demo_train is current and nothing trains (checked first, in seconds).
-    CI time: QUICK_BENCHMARK, appended to params.yaml as text (its comments stay): the default run lengths cost ~50 s
-    more here and prove nothing about the pipeline the short ones do not."""
+    CI time: QUICK_BENCHMARK and QUICK_ROBUSTNESS, appended to params.yaml as text (its comments stay): the default
+    run lengths and severities cost ~80 s more here and prove nothing about the pipeline the short ones do not. Two 1-s pairs on a loaded machine
+    resolve no speed-up, and the demo's differs by CPU (2.3x on the EPYC without avx_vnni; 1.36 [1.23, 1.50] with
+    the default runs, 1.19 [0.59, 2.38] with these under the suite's load, on an AMX Xeon): the tests that use
+    this checkout are about the pipeline, so its speed gate asks INT8 to be no slower (min_speedup 1.0) and counts
+    an undecided interval as passed (test_benchmark and test_gate_semantics judge speed)."""
     first = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]  # under make test: its nodeid ends in @<lane>
     if "@" in first and not first.endswith("@demo"):  # a second lane would build it again: minutes
         pytest.fail(f"{first} reaches demo_checkout outside the demo's lane: mark it pytest.mark.xdist_group('demo')")
     checkout = working_tree_copy(tmp_path_factory.mktemp("checkout"))
     params = checkout / "params.yaml"
-    assert "benchmark" not in (yaml.safe_load(params.read_text()) or {}), "params.yaml sets benchmark: already"
-    params.write_text(params.read_text() + "\n" + yaml.safe_dump({"benchmark": QUICK_BENCHMARK}, sort_keys=False))
-    git(checkout, "commit", "-qam", "CI time: short benchmark runs")
+    assert not {"benchmark", "robustness"} & set(yaml.safe_load(params.read_text()) or {}), \
+        "params.yaml sets benchmark: or robustness: already"
+    text = params.read_text()
+    assert SPEED_LIMIT in text, f"params.yaml no longer sets '{SPEED_LIMIT}'"
+    text = "\n".join("  min_speedup: 1.0\n  inconclusive: pass" if line.startswith(SPEED_LIMIT) else line
+                     for line in text.splitlines()) + "\n"
+    params.write_text(text + "\n" + yaml.safe_dump({"benchmark": QUICK_BENCHMARK, "robustness": QUICK_ROBUSTNESS},
+                                                   sort_keys=False))
+    git(checkout, "commit", "-qam", "CI time: short benchmark runs, judged for INT8 no slower than FP32")
     drawn = subprocess.run(["dvc", "repro", "demo_data"], cwd=checkout, env=venv_env(), capture_output=True,
                            text=True, timeout=600)
     assert drawn.returncode == 0, drawn.stdout[-3000:] + drawn.stderr[-3000:]
@@ -360,6 +370,10 @@ def make_dataset(root: Path, images: int = 6, seed: int = 0, classes: int = len(
 # or by its point when inconclusive). The default (5-s runs, more pairs up to 120 s while the interval is wide)
 # cost ~67 s a `make gate` on the demo here, and up to 120 s where pairs are noisy.
 QUICK_BENCHMARK = {"seconds": 1, "repeats": 2, "max_seconds": 8}
+# the default shifts at their higher severity: each severity is two evaluations of the val split (~8 s on the demo, ~15 s on
+# COCO128 at 640 here); the stage's code is the same at one or two
+QUICK_ROBUSTNESS = {"severities": [2]}
+SPEED_LIMIT = "  min_speedup:"  # the demo's params.yaml line demo_checkout relaxes
 
 
 def pycocotools_stats(ground_truth: dict, detections: list[dict], iou_type: str = "bbox") -> np.ndarray:

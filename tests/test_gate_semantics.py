@@ -24,9 +24,12 @@ _FIRST = (json.loads((SAMPLE_PROJECT / "metrics/sensitivity.json").read_text())[
           or json.loads((SAMPLE_PROJECT / "metrics/divergence.json").read_text())["first_divergent_layer"])
 IMAGES = json.loads((SAMPLE_PROJECT / "metrics/int8.json").read_text())["images"]  # the demo's val images
 WHERE_TO_LOOK = f"divergent layer {_FIRST}" if _FIRST else "no divergent layer (none ends below"
+SHIFTS = load_params(SAMPLE_PROJECT / "params.yaml").robustness.shifts
 ALL_GATES = [
-    "accuracy_map50_95_drop", "accuracy_recall_at_conf_drop", "accuracy_f1_at_conf_drop", "speed_speedup", "drift_detection_error", "drift_nan_inf", "drift_layers_below_floor",
-    "structure_op_inventory", "structure_quantized", "structure_ignored_scope_float", "provenance_same_model",
+    "accuracy_map50_95_drop", "accuracy_recall_at_conf_drop", "accuracy_f1_at_conf_drop",
+    *(f"accuracy_shift_{name}_map50_95_drop" for name in SHIFTS), "speed_speedup", "drift_detection_error",
+    "drift_nan_inf", "drift_layers_below_floor", "structure_op_inventory", "structure_quantized",
+    "structure_ignored_scope_float", "provenance_same_model",
 ]
 
 
@@ -116,6 +119,19 @@ def _scores_fell(project: Path) -> None:
                   advised_int8_conf=0.125, advised_int8_recall=0.95, advised_int8_precision=0.9)
 
 
+def _shift_dropped(project: Path, name: str = "bright", drop: float = 0.06, low: float = 0.04,
+                   high: float = 0.08) -> None:
+    """INT8 `drop` [low, high] below FP32 under shift `name` at its last severity, the shift's worst, consistently."""
+    data = json.loads((project / "metrics/robustness.json").read_text())
+    severity = data["severities"][-1]
+    key, fp32 = f"{name}_{severity}_map50_95", data[f"baseline_{name}_{severity}_map50_95"]
+    edit_json(project, "metrics/robustness.json", **{
+        f"{key}_drop": drop, f"{key}_drop_ci_low": low, f"{key}_drop_ci_high": high, key: round(fp32 - drop, 5),
+        f"{key}_ci_low": round(fp32 - high, 5), f"{key}_ci_high": round(fp32 - low, 5),
+        f"{name}_map50_95_drop": drop, f"{name}_map50_95_drop_ci_low": low, f"{name}_map50_95_drop_ci_high": high,
+        f"{name}_map50_95_drop_severity": severity})
+
+
 def _class_dropped(project: Path) -> None:
     """INT8's first class 0.3 below FP32's, as if quantization had lost it."""
     path = project / "metrics/int8_per_class.json"
@@ -135,6 +151,9 @@ BREAKS = [
      ["violates limit >= 0.99", "the FP32 model is already below the floor"]),
     ("accuracy_per_class_drop", lambda p: (edit_gates(p, max_class_map50_95_drop=0.1), _class_dropped(p)),
      ["violates limit <= 0.1", "class 'ellipse'"]),
+    ("accuracy_shift_bright_map50_95_drop", _shift_dropped,
+     ["= 0.06 [0.04, 0.08] (95%) violates limit <= 0.02", "on clean images the drop is", "reports/robustness.csv",
+      "Ranges calibrated on clean images can clip what bright makes of them"]),
     ("accuracy_recall_at_conf_drop", _scores_fell,
      ["= 0.08 [0.06, 0.1] (95%) violates limit <= 0.03", "at 0.25", "INT8's scores moved (median score shift",
       "Paste this under `deploy:`"]),
@@ -318,7 +337,7 @@ def test_judge_writes_junit_report_and_table_and_fails_on_a_failed_gate(project)
     junit = (project / "reports/gates.xml").read_text()
     assert 'name="test_gate[accuracy_map50_95_drop]"' in junit and "<failure" in junit
     report = (project / "reports/report.md").read_text()
-    assert report.startswith("# qgate report: FAIL: 1 of 11 gates failed (accuracy_map50_95_drop)")
+    assert report.startswith(f"# qgate report: FAIL: 1 of {len(ALL_GATES)} gates failed (accuracy_map50_95_drop)")
     assert ("| accuracy_map50_95_drop | mAP50-95 drop, FP32 - INT8 | 0.05 | [0.04, 0.06] (95%) | <= 0.01 | **FAIL** |"
             in report)
     assert "> **FAIL**: accuracy_map50_95_drop: map50_95_drop = 0.05 [0.04, 0.06] (95%) violates" in report
@@ -457,7 +476,7 @@ def test_the_terminal_shows_the_table_then_what_to_do_then_the_headline(project)
     assert f"look at: {WHERE_TO_LOOK}" in blocks[0]
     assert blocks[1].startswith("inconclusive (pass)  speed_speedup: INT8 / FP32 throughput, x 1.35 [1.25, 1.45]")
     assert "decided by its point estimate: passed" in blocks[1] and "benchmark pairs (not " in blocks[1]
-    assert blocks[2].splitlines() == ["FAIL: 1 of 11 gates failed (accuracy_map50_95_drop); 1 inconclusive: "
+    assert blocks[2].splitlines() == [f"FAIL: 1 of {len(ALL_GATES)} gates failed (accuracy_map50_95_drop); 1 inconclusive: "
                                       "speed_speedup", "report: reports/report.md, reports/report.html"]
 
 

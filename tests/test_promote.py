@@ -104,7 +104,7 @@ def test_promote_registers_stages_refuses_and_bumps(repo, tmp_path):
     assert json.loads(shown.stdout)[NAME]["stage"]["staging"] == "v0.0.1"
     message = _message(repo, f"{NAME}@v0.0.1")
     autofix = json.loads((repo / "metrics/autofix.json").read_text())
-    assert message["ir_sha256"] == autofix["fixed_ir_bin_sha256"] and message["verdict"].startswith("PASS, all 11")
+    assert message["ir_sha256"] == autofix["fixed_ir_bin_sha256"] and message["verdict"].startswith("PASS, all 15")
     assert "[" in message["map50_95_drop"] and "[" in message["speedup_fps"]  # the intervals travel with the tag
     assert f"Registered as **{NAME}@v0.0.1**" in (repo / "reports/report.md").read_text()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -38,6 +39,7 @@ OWN_MODEL = {  # the README's "Judge your own detector" recipe, pointed at the r
     "quantize": {"calibration_split": "train", "allow_val_calibration": True},
     "benchmark": QUICK_BENCHMARK,
     "sensitivity": {"images": 4},  # CI time: 16 cost ~30 s at 640; no test here reads the ranking
+    "robustness": {"shifts": ["bright", "gaussian_noise"], "severities": [2]},  # CI time: the defaults cost 122 s
 }
 
 
@@ -185,6 +187,18 @@ def test_only_an_op_that_quantizes_is_named_first_divergent(gated):
     for row in amplifying:
         assert "float op: amplifies the error it inherits" in row["advice"], row
         assert rows[row["error_from"]]["introduces_error"] == "1", row
+
+
+def test_a_gate_per_shift_judges_the_reference_on_its_interval(gated):
+    """Each shift of the recipe has its gate in the verdict table with an interval, from the 128 images shifted."""
+    checkout, done = gated
+    shifts = json.loads((checkout / "metrics" / "robustness.json").read_text())
+    print("reference under shifts:", {k: v for k, v in shifts.items() if k.endswith("_map50_95_drop")})
+    assert shifts["images"] == 128 and shifts["shifts"] == OWN_MODEL["robustness"]["shifts"]
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("accuracy_shift_")}
+    assert sorted(rows) == [f"accuracy_shift_{name}_map50_95_drop" for name in ("bright", "gaussian_noise")]
+    for line in rows.values():
+        assert re.search(r"\[-?[0-9.e-]+, -?[0-9.e-]+\] \(95%\)", line), line
 
 
 def test_the_drift_gates_pass_when_the_accuracy_gate_does(gated):

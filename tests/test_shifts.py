@@ -12,6 +12,7 @@ import pytest
 
 from qgate import shifts
 from qgate.shifts import SEVERITIES, SHIFTS, Shift
+from qgate.params_check import SHIFT_NAMES
 from tests.conftest import ROOT
 
 
@@ -111,3 +112,8 @@ def test_every_shift_gives_the_same_pixels_on_every_run():
         assert not (Shift(name, 3, seed=1)(image, 0) == Shift(name, 3)(image, 0)).all()
     for name in SHIFTS:  # every shift changes the image
         assert not (Shift(name, 3)(image, 0) == image).all(), name
+
+
+def test_params_check_knows_every_shift_by_name():
+    """params_check lists the names without importing OpenCV: the two lists are one."""
+    assert SHIFT_NAMES == tuple(SHIFTS)
