@@ -179,26 +179,44 @@ def _class_precision(matches: _ClassMatches, weights: np.ndarray, rec_thresholds
 
 def _interpolate(matches: _ClassMatches, weights: np.ndarray, ground_truths: np.ndarray,
                  rec_thresholds: np.ndarray) -> np.ndarray:
-    """The accumulate step for a block of resamples with ground truth: (block, T, recall thresholds)."""
-    counts = weights[:, matches.image]  # (block, D): each detection counted as often as its image was drawn
-    tp = np.cumsum(counts[:, None, :] * matches.hits[None], axis=2)
-    fp = np.cumsum(counts[:, None, :] * matches.misses[None], axis=2)
-    recall = tp / ground_truths[:, None, None]
-    precision = tp / (fp + tp + np.spacing(1))
-    envelope = np.maximum.accumulate(precision[..., ::-1], axis=2)[..., ::-1]
-    # pycocotools reads the envelope at the first detection whose recall reaches each recall threshold.
-    # Counting thresholds at or below each recall (one sorted 1-D array, exact float comparisons) turns that
-    # into a search over integers, which rows of every resample can share without rounding.
-    reached = np.searchsorted(rec_thresholds, recall, side="right")  # (block, T, D), non-decreasing along D
-    rows = reached.shape[0] * reached.shape[1]
-    width = len(rec_thresholds) + 1
-    offsets = np.arange(rows)[:, None] * width
-    flat = (reached.reshape(rows, -1) + offsets).ravel()
+    """The accumulate step for a block of resamples with ground truth: (block, T, recall thresholds).
+
+    Only the hit columns of each IoU threshold are computed: between two hits precision can only fall, so the
+    envelope there is the envelope at the earlier hit, and a recall threshold above 0 is first reached at a hit.
+    The values are pycocotools' own (the same integer counts, the same float operations in the same order), on a
+    fraction of the detections.
+    """
+    counts = weights[:, matches.image].astype(np.float64)  # (block, D): each detection as often as its image was drawn
+    out = np.zeros((len(weights), matches.hits.shape[0], len(rec_thresholds)))
+    scored = matches.hits + matches.misses  # (T, D): 0 where pycocotools ignores the detection
+    shared = bool((scored == scored[0]).all())  # no threshold-dependent ignores: one running count serves all
+    scored_so_far = np.cumsum(counts * scored[0], axis=1) if shared else None
+    for t in range(matches.hits.shape[0]):
+        columns = np.flatnonzero(matches.hits[t])
+        if not columns.size:
+            continue  # recall 0 everywhere: every recall threshold reads precision 0
+        tp = np.cumsum(counts[:, columns], axis=1)
+        total = (scored_so_far if shared else np.cumsum(counts * scored[t], axis=1))[:, columns]
+        fp = total - tp
+        recall = tp / ground_truths[:, None]
+        precision = tp / (fp + tp + np.spacing(1))
+        envelope = np.maximum.accumulate(precision[:, ::-1], axis=1)[:, ::-1]
+        out[:, t] = _first_reached(recall, envelope, rec_thresholds)
+    return out
+
+
+def _first_reached(recall: np.ndarray, envelope: np.ndarray, rec_thresholds: np.ndarray) -> np.ndarray:
+    """pycocotools' read of the envelope at the first column whose recall reaches each recall threshold (0 where
+    none does), for every row of (rows, columns) `recall` at once: counting the thresholds at or below each recall
+    (exact float comparisons) turns it into one search over integers the rows share without rounding."""
+    rows, columns = recall.shape
+    reached = np.searchsorted(rec_thresholds, recall, side="right")  # non-decreasing along each row
+    offsets = np.arange(rows)[:, None] * (len(rec_thresholds) + 1)
+    flat = (reached + offsets).ravel()
     queries = (np.arange(len(rec_thresholds))[None, :] + offsets).ravel()
-    first = np.searchsorted(flat, queries, side="right").reshape(rows, -1) - np.arange(rows)[:, None] * reached.shape[2]
-    found = first < reached.shape[2]
-    values = np.take_along_axis(envelope.reshape(rows, -1), np.minimum(first, reached.shape[2] - 1), axis=1)
-    return np.where(found, values, 0.0).reshape(reached.shape[0], reached.shape[1], -1)
+    first = np.searchsorted(flat, queries, side="right").reshape(rows, -1) - np.arange(rows)[:, None] * columns
+    values = np.take_along_axis(envelope, np.minimum(first, columns - 1), axis=1)
+    return np.where(first < columns, values, 0.0)
 
 
 @dataclass(frozen=True)

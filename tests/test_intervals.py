@@ -67,6 +67,30 @@ def test_zero_one_weights_are_pycocotools_on_the_kept_images():
         assert (map50_95[row], map50[row]) == coco_map(*_subset(ground_truth, reference, keep))[:2]
 
 
+def test_weights_above_one_are_pycocotools_on_the_images_repeated_crowds_included():
+    """A resample draws an image k times: its mAP is pycocotools' on a set holding that image k times. Crowd regions
+    make which detection is ignored depend on the IoU threshold (the path where no running count is shared)."""
+    ground_truth, reference, _ = synthetic_pair(40, seed=8)
+    for index, detection in enumerate(reference):  # distinct scores: an image's copies of a detection sort together
+        detection["score"] += index * 1e-7
+    for annotation in ground_truth["annotations"][::7]:
+        annotation["iscrowd"] = 1
+    weights = np.random.default_rng(9).integers(0, 4, (4, 40))
+    map50_95, map50 = ImageMatches(ground_truth, reference).map(weights)
+    for row in range(len(weights)):
+        repeated = {"images": [], "annotations": [], "categories": ground_truth["categories"]}
+        detections = []
+        for image in ground_truth["images"]:
+            for copy in range(weights[row, image["id"]]):
+                new_id = image["id"] * 10 + copy
+                repeated["images"].append({**image, "id": new_id})
+                repeated["annotations"] += [{**a, "id": len(repeated["annotations"]) + n + 1, "image_id": new_id}
+                                            for n, a in enumerate(a for a in ground_truth["annotations"]
+                                                                  if a["image_id"] == image["id"])]
+                detections += [{**d, "image_id": new_id} for d in reference if d["image_id"] == image["id"]]
+        assert (map50_95[row], map50[row]) == coco_map(repeated, detections)[:2]
+
+
 def test_resample_weights_count_the_drawn_indices():
     picks, weights = resample_indices(30, 5, seed=3), resample_weights(30, 5, seed=3)
     assert weights.shape == (5, 30) and (weights.sum(1) == 30).all()
