@@ -125,8 +125,8 @@ def test_promote_registers_stages_refuses_and_bumps(repo, tmp_path):
 
     # a new INT8 IR of the same FP32 model: other calibration images -> the next patch version
     (repo / "params.yaml").write_text(params + "\n" + yaml.safe_dump({"quantize": {"subset_size": 48}}))
-    _dvc(repo, "repro", "export", "baseline", "quantize", "int8_eval", "benchmark", "divergence", "sensitivity",
-         "autofix")
+    _dvc(repo, "repro", "export", "baseline", "quantize", "int8_eval", "robustness", "benchmark", "divergence",
+         "sensitivity", "autofix")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "calibrate on 48 images")
     _dvc(repo, "push", "-q")

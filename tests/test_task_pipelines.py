@@ -77,7 +77,9 @@ def segment_gated(tmp_path_factory, coco32_seg) -> Judged:
               "quantize": {"calibration_split": "train", "allow_val_calibration": True},
               # CI time: two evaluations show autofix's search runs on masks; 4 images rank the quantizer groups
               # (16 cost ~50 s at 640)
-              "autofix": {"max_evaluations": 2}, "sensitivity": {"images": 4}, "benchmark": QUICK_BENCHMARK}
+              "autofix": {"max_evaluations": 2}, "sensitivity": {"images": 4}, "benchmark": QUICK_BENCHMARK,
+              # CI time: one shift judges masks under a shift (the defaults cost ~2 min at 640)
+              "robustness": {"shifts": ["gaussian_noise"], "severities": [2]}}
     return Judged("segment", *gate_own_model(tmp_path_factory.mktemp("segment_checkout"), recipe))
 
 
@@ -112,7 +114,9 @@ def test_make_gate_judges_the_task_on_its_own_metric_and_boxes(judged):
     own = task_for(record).metrics.primary
     assert record["task"] == judged.task and own.prefix
     drop_gate = f"accuracy_{own.key('map50_95_drop')}"
-    assert {drop_gate, "accuracy_map50_95_drop"} <= table_results(done.stdout).keys(), done.stdout[-4000:]
+    shift_gate = f"accuracy_shift_gaussian_noise_{own.key('map50_95_drop')}"  # each checkout shifts by noise
+    assert {drop_gate, shift_gate, "accuracy_map50_95_drop"} <= table_results(done.stdout).keys(), \
+        done.stdout[-4000:]
     assert f"{own.title()} drop, FP32 - INT8" in done.stdout and "box mAP50-95 drop, FP32 - INT8" in done.stdout
     assert verdict_is_consistent(done), done.stdout[-4000:]
     int8 = json.loads((checkout / "metrics" / "int8.json").read_text())
