@@ -5,30 +5,43 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from qgate.deployment_checks import AtConf, Check, ShiftDrops, at_conf_checks, failures, shift_checks
 from qgate.group_prices import Prices
-from qgate.intervals import PairedScorer, difference
+from qgate.intervals import Interval, PairedScorer, difference
 from qgate.groups import ignored_names
 from qgate.params import Params
 from qgate.pipeline import evaluate_model, val_images
 from qgate.runtimes import runtime_for
 from qgate.task_metrics import Scored, TaskMetrics
+from qgate.tasks import task_for
 from qgate.verdicts import decide
 
 log = logging.getLogger(__name__)
 
 
-def step_columns(family: Scored) -> list[str]:
-    """The steps table's columns; the metric ones named by the family autofix aims at (`mask_map50_95`, ...)."""
+def step_columns(family: Scored, checks: list[Check]) -> list[str]:
+    """The steps table's columns; the metric ones named by the family autofix aims at (`mask_map50_95`, ...), then
+    the drop of each at-threshold gate the step is judged by too, and what it fails."""
     return ["evaluation", "tried", "groups_float", "ops_float", family.key("map50_95"), family.key("map50"),
             family.key("map50_95_drop"), "drop_ci_low", "drop_ci_high", "gain", "gain_ci_low", "gain_ci_high",
-            "within_target", "kept", "images_per_second"]
+            *(f"{check.key}_drop" for check in checks), "within_target", "fails", "kept", "images_per_second"]
+
+
+def plain_failures(params: Params, task: TaskMetrics, int8_metrics: dict) -> list[str]:
+    """The at-threshold gates the plain INT8 model fails, from int8_eval's metrics (as `make gate` judges them)."""
+    level = int8_metrics["ci_level"]
+    checks = at_conf_checks(params, task.primary)
+    drops = {c.key: Interval(*(int8_metrics[f"{c.key}_drop{end}"] for end in ("", "_ci_low", "_ci_high")), level)
+             for c in checks}
+    return failures(params, checks, drops)
 
 
 def plain_int8(int8_metrics: dict, family: Scored, within_target: int) -> dict:
     """The plain INT8 model as a search step: its value of the task's metric, the drop and its interval."""
     drop, low, high = plain_drop(int8_metrics, family)
     return {family.key(name): int8_metrics[family.key(name)] for name in ("map50_95", "map50")} | {
-        family.key("map50_95_drop"): drop, "drop_ci_low": low, "drop_ci_high": high, "within_target": within_target}
+        family.key("map50_95_drop"): drop, "drop_ci_low": low, "drop_ci_high": high, "within_target": within_target,
+        "fails": ""}
 
 
 def plain_drop(int8_metrics: dict, family: Scored) -> tuple[float, float, float]:
@@ -69,13 +82,19 @@ class Search:
         self.record, self.detections, self.executor = record, detections, executor
         self.val = val_images(params, record)  # read and validated once, not per evaluation
         self.family = family
-        self.start = plain_int8(int8_metrics, self.family, within_target=0)
+        task = task_for(record).metrics
+        self.own = task.primary  # the at-threshold and shift gates judge the task's own metric
+        self.start = plain_int8(int8_metrics, self.family, within_target=0) | {
+            "fails": "; ".join(plain_failures(params, task, int8_metrics))}
         self.steps: list[dict] = []
         self.scorer: PairedScorer | None = None  # built on the first evaluation, which brings the ground truth
         self.fp32_scores = self.current_scores = None
         self.stopped = ""  # why the greedy search ended: target | budget | noise | ranking
         self.price = price  # the greedy's groups -> each one's price in speed (None: op count orders the pruning)
         self.prices: Prices | None = None
+        self.checks, self.shift_checks = at_conf_checks(params, self.own), shift_checks(params, self.own)
+        self.at_conf: AtConf | None = None  # built with the scorer
+        self.shift_drops: dict[str, Interval] = {}  # the chosen model's, once it is within target on clean images
 
     def run(self) -> tuple[list[int], dict]:
         """The chosen groups and their evaluation (the first within target, else the lowest drop reached)."""
@@ -91,7 +110,22 @@ class Search:
             log.warning("autofix: %d evaluations spent without reaching the target; best drop %.4f",
                         len(self.steps), best[self.family.key("map50_95_drop")])
             return chosen, best
-        return self._prune(chosen, best)
+        chosen, best = self._prune(chosen, best)
+        return chosen, self._under_shifts(chosen, best)
+
+    def _under_shifts(self, chosen: list[int], best: dict) -> dict:
+        """The chosen model judged by the shift gates too, on every shift and severity (FP32 evaluated on them
+        here: the robustness stage keeps no detections); within target only when it passes them. Once, at the end:
+        the search aims at clean images, and each step under shifts would cost a robustness stage."""
+        if not self.shift_checks:
+            return best
+        model = runtime_for(self.params).revert(self.int8, self.fp32, self.groups, set(chosen))
+        shifts = ShiftDrops(self.params, self.record, self.val, self.executor, self.fp32, self.own)
+        self.shift_drops = shifts.drops(model)
+        failed = failures(self.params, self.shift_checks, self.shift_drops)
+        for text in failed:
+            log.warning("autofix: the chosen scope is within target on clean images but fails %s", text)
+        return best | {"within_target": int(not failed), "fails": "; ".join(filter(None, [best["fails"], *failed]))}
 
     def _greedy(self) -> tuple[list[int], dict]:
         """Add groups in ranked order, keeping each one only if it gains significantly, until within target."""
@@ -162,16 +196,20 @@ class Search:
                                        self.family.iou_type)
             self.fp32_scores = self.scorer.scores(self.detections[0])[0]
             self.current_scores = self.scorer.scores(self.detections[1])[0]
+            self.at_conf = AtConf(p, self.own, result.ground_truth, self.detections[0], self.scorer.weights)
         self.last_scores = self.scorer.scores(result.detections)[0]
         drop = difference(self.fp32_scores, self.last_scores, p.int8_eval.ci_level)
         gain = difference(self.last_scores, self.current_scores, p.autofix.ci_level)
+        at_conf = self.at_conf.drops(result.detections) if self.checks else {}
+        failed = failures(p, self.checks, at_conf)
         step = {"evaluation": len(self.steps) + 1, "tried": tried, "groups_float": len(chosen),
                 "ops_float": len(ignored_names(self.groups, chosen)), key("map50_95"): round(result.value(key()), 5),
                 key("map50"): round(result.value(key("map50")), 5), key("map50_95_drop"): round(drop.point, 5),
                 "drop_ci_low": round(drop.low, 5), "drop_ci_high": round(drop.high, 5),
                 "gain": round(gain.point, 5), "gain_ci_low": round(gain.low, 5), "gain_ci_high": round(gain.high, 5),
-                "within_target": int(meets_target(p, drop.point, drop.low, drop.high)), "kept": 0,
-                "images_per_second": round(result.images_per_second, 1)}
+                **{f"{check.key}_drop": round(at_conf[check.key].point, 5) for check in self.checks},
+                "within_target": int(meets_target(p, drop.point, drop.low, drop.high) and not failed),
+                "fails": "; ".join(failed), "kept": 0, "images_per_second": round(result.images_per_second, 1)}
         log.info("autofix step %d (%s): %d groups float (%d ops): %s %.4f, drop %s, gain %s",
                  step["evaluation"], tried, len(chosen), step["ops_float"], self.family.title(),
                  result.value(key()), drop.text(), gain.text())

@@ -266,13 +266,17 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _accuracy_hint(m: Metrics) -> str:
+def _look_hint(m: Metrics) -> str:
+    """The layer to look at first and the bad cases."""
     bad_cases = m.params.int8_eval.bad_cases
     try:
-        hint = f"{where_to_look(m)}; the images in {bad_cases}"
+        return f"{where_to_look(m)}; the images in {bad_cases}"
     except MetricsUnavailable:
-        hint = f"the images in {bad_cases}"
-    return hint + _autofix_hint(m) + _clipping_hint(m)
+        return f"the images in {bad_cases}"
+
+
+def _accuracy_hint(m: Metrics) -> str:
+    return _look_hint(m) + _autofix_hint(m) + _clipping_hint(m)
 
 
 AUTOFIX_STOPS = {  # why autofix's search ended short of its target, and what would take it further
@@ -323,6 +327,11 @@ def _autofix_hint(m: Metrics) -> str:
                     "nothing: lower autofix.target_drop to below this gate's limit")
         fixed_drop = m.number(cfg.metrics, f"fixed_{own.key('map50_95_drop')}")
         evaluations = m.value(cfg.metrics, "evaluations")
+        fails = m.value(cfg.metrics, "fails")
+        if not m.value(cfg.metrics, "reached") and fails:
+            return (f". autofix's scope (drop {fixed_drop:.4f}{aim}, {evaluations} full evaluations) is no fix: it "
+                    f"fails {fails}; see {cfg.steps}. Or `make tune`: other quantize settings (range estimator, "
+                    "preset, bias correction) can pass where no small float scope does")
         if not m.value(cfg.metrics, "reached"):
             return (f". autofix did not reach autofix.target_drop {cfg.target_drop}{aim}: best drop {fixed_drop:.4f} "
                     f"after {evaluations} full evaluations; {AUTOFIX_STOPS.get(m.value(cfg.metrics, 'stopped'), '')}"
@@ -509,7 +518,7 @@ def _shift_drop(m: Metrics, limit: float, family: Scored, name: str) -> Reading:
            if m.params.quantize.range_estimator != "minmax" else
            f"The ranges are already the widest (`range_estimator: minmax`): calibrate on images like the {shifted} "
            "ones too (a calib split with shifted copies), or keep the layer named float")
-    hint = f"{_layer_under_shift(m, name)}the drop per severity in {m.params.robustness.csv}; {_accuracy_hint(m)}. " + fix
+    hint = f"{_layer_under_shift(m, name)}the drop per severity in {m.params.robustness.csv}; {_look_hint(m)}. " + fix
     return _with_interval(m, path, f"{shift_key(family, name)}_drop", hint, caveat)
 
 

@@ -302,6 +302,10 @@ def _autofix(m: Metrics) -> Section:
                 "put back to int8 (-) where the drop stayed within. Each evaluation is a real mixed-precision model "
                 f"scored on the whole `{p.baseline.split}` split. Evaluation images/s is the scoring loop's rate "
                 "(decode and NMS included), not the speed gate's."]
+        fails = _get(m, p.autofix.metrics, "fails")
+        if fails:
+            text.append(f"**Not a fix:** autofix's best scope fails {fails} (a fix passes every default gate: the "
+                        "at-threshold ones on each step, the shift ones on the chosen scope).")
         if prices:
             text.append(f"Each kept-float group priced in speed: {_runtime(m)[0].timer} of the fixed model (the "
                         f"{prices[0]['measured_with_groups_float']} groups the greedy kept) against it with that "
@@ -311,7 +315,9 @@ def _autofix(m: Metrics) -> Section:
     header = ["#", "tried", "groups float", "ops float", own.title(), "drop", "within target", "kept",
               "eval images/s"]
     table = [[s["evaluation"], s.get("tried", ""), s["groups_float"], s["ops_float"], s[own.key()],
-              s[own.key("map50_95_drop")], _yes(s["within_target"]), _yes(s.get("kept")), s["images_per_second"]]
+              s[own.key("map50_95_drop")], _yes(s["within_target"]) + (f" (fails {s['fails']})" if s.get("fails")
+                                                                      else ""),
+              _yes(s.get("kept")), s["images_per_second"]]
              for s in steps]
     rank_header = ["rank", "quantizer", "ops", f"error removed (q{p.sensitivity.rank_quantile:g}, ranks)",
                    "error removed (all)", "worst image", "clip share"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from qgate.deploy import RUNTIMES
+from qgate.deployment_checks import at_conf_checks, shift_checks
 from qgate.io import write_bytes, write_csv, write_text
 from qgate.page import Section, figure, render_html, render_markdown
 from qgate.params import Params
@@ -116,14 +117,18 @@ def scope_change(params: Params, settings: dict) -> str:
 
 def _candidates(params: Params, task, candidates: list[Candidate], rows: list[dict]) -> Section:
     speed = {r["candidate"]: r for r in rows}
+    own = task.metrics.primary
+    checks = [*at_conf_checks(params, own), *shift_checks(params, own)]  # the gates beyond the clean drop
     header = ["candidate", "changed from c0", "status", "images",
-              *(f"{f.title()} drop" for f in task.metrics.scored), "speed-up", "why"]
+              *(f"{f.title()} drop" for f in task.metrics.scored), *(f"{c.title} drop" for c in checks), "speed-up",
+              "why"]
     current = candidates[0].settings if candidates else {}
     table = []
     for c in candidates:
         changes = [f"{k} {v}" for k, v in c.settings.items() if k != SCOPE_KEY and current.get(k) != v]
         changed = ", ".join(filter(None, [*changes, scope_change(params, c.settings)])) or "-"
-        drops = [c.drops[f.key()].text() if f.key() in c.drops else "-" for f in task.metrics.scored]
+        drops = [c.drops[key].text() if key in c.drops else "-"
+                 for key in [*(f.key() for f in task.metrics.scored), *(check.key for check in checks)]]
         table.append([c.name, changed, c.status, str(c.images or "-"), *drops, _speed(speed.get(c.name)),
                       c.why or "-"])
     return Section("Candidates", ["`reports/tune.csv` holds the same rows with every setting."],

@@ -8,7 +8,9 @@ import shutil
 import time
 from pathlib import Path
 
-from qgate.autofix_search import Search, aimed_family, meets_target, plain_drop, plain_int8, step_columns
+from qgate.autofix_search import (Search, aimed_family, meets_target, plain_drop, plain_failures, plain_int8,
+                                  step_columns)
+from qgate.deployment_checks import at_conf_checks, shift_checks
 from qgate.cli import run_stage
 from qgate.executors import open_executor
 from qgate.errors import QgateError
@@ -33,16 +35,18 @@ def main(params: Params) -> dict:
     record = export_record(params)
     int8_path = require_int8_model(params)
     int8_metrics = read_json(require_output(params.int8_eval.metrics, "int8_eval"))
-    family = aimed_family(task_for(record).metrics, int8_metrics, params)
+    task = task_for(record).metrics
+    family = aimed_family(task, int8_metrics, params)
     key = family.key
     baseline = int8_metrics[f"baseline_{key()}"]
     runtime = runtime_for(params)
     start = time.perf_counter()
     drop = plain_drop(int8_metrics, family)
-    needed = not meets_target(params, *drop)
+    failed = plain_failures(params, task, int8_metrics)
+    needed = not meets_target(params, *drop) or bool(failed)
     if not needed:
         log.info("autofix: the plain INT8 model meets autofix.target_drop %.4f (%s drop %.4f [%.4f, %.4f], the "
-                 "largest); nothing to fix", cfg.target_drop, family.title(), *drop)
+                 "largest) and the at-threshold gates; nothing to fix", cfg.target_drop, family.title(), *drop)
         _save_copy(runtime, int8_path, Path(cfg.out_dir))
         steps, names = [], []
         best = plain_int8(int8_metrics, family, within_target=1)
@@ -61,7 +65,7 @@ def main(params: Params) -> dict:
         steps, names = search.steps, ignored_names(groups, set(chosen))
         revert_and_save(runtime, int8, fp32, groups, set(chosen), fixed_model(params))
     prices = search.prices if needed else None
-    write_csv(cfg.steps, steps, step_columns(family))
+    write_csv(cfg.steps, steps, step_columns(family, at_conf_checks(params, task.primary)))
     write_csv(cfg.prices, price_rows(prices, groups, chosen) if prices else [], PRICE_COLUMNS)
     write_text(cfg.scope, scope_block(params, names, best, baseline, family))
     metrics = {
@@ -78,6 +82,9 @@ def main(params: Params) -> dict:
         f"fixed_{key('map50_95_drop')}": best[key("map50_95_drop")],
         f"fixed_{key('map50_95_drop')}_ci_low": best["drop_ci_low"],
         f"fixed_{key('map50_95_drop')}_ci_high": best["drop_ci_high"],
+        "fails": best["fails"],  # the deployment gates the suggestion fails, as measured ('' when none)
+        **{f"fixed_{check.key}_drop": round(search.shift_drops[check.key].point, 5)
+           for check in shift_checks(params, task.primary) if needed and check.key in search.shift_drops},
         "ci_level": params.int8_eval.ci_level,
         **_total_price(prices),
         "seconds": round(time.perf_counter() - start, 2),
@@ -137,15 +144,18 @@ def scope_block(params: Params, names: list[str], best: dict, baseline: float, f
                    f"{best[family.key('map50_95_drop')]:.4f} from FP32 "
                    f"{baseline:.4f}; {level:.0%} interval [{best['drop_ci_low']:.4f}, {best['drop_ci_high']:.4f}], "
                    f"paired bootstrap over the val images) with {len(names)} more ops in float")
-    within = "within" if best["within_target"] else "NOT within"
+    clean = best[family.key()] is not None and meets_target(params, best[family.key("map50_95_drop")],
+                                                            best["drop_ci_low"], best["drop_ci_high"])
+    within = "within" if clean else "NOT within"
     how = "judged on its interval, like the gate" if params.gates.confidence is not None else "judged on the point"
+    fails = f"# It is not a fix: it fails {best['fails']}.\n" if best.get("fails") else ""
     header = (f"# Paste under `quantize:` in params.yaml (replacing its ignored_scope).\n# {reached}: {within} "
-              f"autofix.target_drop {params.autofix.target_drop} ({how}).\n")
+              f"autofix.target_drop {params.autofix.target_drop} ({how}).\n{fails}")
     if not names and best["within_target"]:
         header = f"# Nothing to add: the current quantize.ignored_scope already meets the target.\n# {reached}.\n"
     elif not names:
         header = (f"# Nothing to add: no group autofix tried in float gained beyond noise.\n# {reached}: {within} "
-                  f"autofix.target_drop {params.autofix.target_drop} ({how}).\n")
+                  f"autofix.target_drop {params.autofix.target_drop} ({how}).\n{fails}")
     return paste_block(header, block)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from qgate.artifacts import export_record, fp32_model, int8_weights_sha256, require_int8_model
 from qgate.cli import run_stage
 from qgate.executors import open_executor
-from qgate.intervals import paired_drop
+from qgate.deployment_checks import worst_shift_drop
 from qgate.io import write_csv, write_json
 from qgate.params import Params
 from qgate.pipeline import evaluate_model, val_images
@@ -67,18 +67,11 @@ def _compiled(params: Params, executor, paths: tuple[Path, ...]) -> tuple:
 
 def _shift_drops(params: Params, family: Scored, name: str, evaluated: dict) -> tuple[dict, list[dict]]:
     """One shift's values and drops at each severity, and the judged one: the severity with the largest drop, with
-    its paired bootstrap interval (`robustness.bootstrap_samples`, at `int8_eval`'s level and seed). The other
-    severities are point values for the report's plot: intervals are what costs (12 s a model on the demo under
-    noise at severity 3, at 1000 resamples)."""
-    cfg = params.int8_eval
-    samples = params.robustness.bootstrap_samples
-    points = {shift: (fp32.value(family.key("map50_95")), int8.value(family.key("map50_95")))
-              for shift, (fp32, int8) in evaluated.items() if shift.name == name}
-    worst = max(points, key=lambda shift: points[shift][0] - points[shift][1])
-    fp32, int8 = evaluated[worst]
-    paired = paired_drop(fp32.ground_truth, fp32.detections, int8.detections, samples, cfg.ci_level, cfg.seed,
-                         (*points[worst], fp32.value(family.key("map50")), int8.value(family.key("map50"))),
-                         family.iou_type)
+    its paired bootstrap interval (`qgate.deployment_checks.worst_shift_drop`). The other severities are point
+    values for the report's plot: intervals are what costs (12 s a model on the demo under noise at severity 3, at
+    1000 resamples)."""
+    worst, paired, points = worst_shift_drop(params, family, {s: pair for s, pair in evaluated.items()
+                                                              if s.name == name})
     key = shift_key(family, worst.label)
     fields = (paired.int8_map50_95.fields(key, 5) | paired.fp32_map50_95.fields(f"baseline_{key}", 5)
               | paired.map50_95_drop.fields(f"{key}_drop", 5)

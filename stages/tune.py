@@ -19,6 +19,7 @@ from qgate.executors import open_executor
 from qgate.cli import run_stage
 from qgate.cpu import cpu_info, describe
 from qgate.deploy import RUNTIMES, quantizer_in_force
+from qgate.deployment_checks import AtConf, Check, ShiftDrops, at_conf_checks, failures, shift_checks
 from qgate.errors import QgateError
 from qgate.evaluator import Predictor, predict
 from qgate.intervals import Interval, PairedScorer, difference
@@ -68,6 +69,7 @@ def main(params: Params) -> dict:
             log.info("tune: %d failed candidates again with autofix's float scope", len(retries))
             race.add(retries)  # into `candidates`, the list the race holds: they join the table
             race.run(scorer.score, scorer.twin)
+        judge_shifts(params, scorer, candidates)
     first_round, screen, result = measure_speed(params, scorer, candidates, start + cfg.max_seconds)
     if result:
         for c in candidates:  # a passing candidate not chosen says why, beside what the race said of its accuracy
@@ -76,7 +78,7 @@ def main(params: Params) -> dict:
         result = with_screen(result, screen)
     seconds = time.perf_counter() - start
     rows = table(params, candidates, task, first_round, result)
-    write_csv(cfg.csv, rows, columns(task))
+    write_csv(cfg.csv, rows, columns(params, task))
     chosen = next((c for c in candidates if result and c.name == result.chosen), None)
     block = quantize_block(params, task, candidates, chosen, result)
     write_text(cfg.block, block)
@@ -166,9 +168,36 @@ def autofix_scope(params: Params) -> dict | None:
 
 
 def accuracy_limits(params: Params, task) -> list[Limit]:
-    """The drop gates `make gate` judges: one per scored metric family, each with its `gates.max_..._drop`."""
-    return [Limit(f.key(), f.title(), getattr(params.gates, f"max_{f.key('map50_95_drop')}"))
-            for f in task.metrics.scored]
+    """The drop gates `make gate` judges on clean images: one per scored metric family, each with its
+    `gates.max_..._drop`, then recall and F1 at the deployed threshold (`qgate.deployment_checks`)."""
+    return [*(Limit(f.key(), f.title(), getattr(params.gates, f"max_{f.key('map50_95_drop')}"))
+              for f in task.metrics.scored),
+            *(Limit(c.key, c.title, c.limit) for c in at_conf_checks(params, task.metrics.primary))]
+
+
+def judge_shifts(params: Params, scorer: SubsetScorer, candidates: list[Candidate]) -> None:
+    """Every candidate that passed on clean images, judged by the shift gates on the whole split: one that fails
+    one fails (its drops join the table). After the race, not in it: each candidate under every shift and severity
+    costs a robustness stage, too much for the ones the clean images already drop."""
+    own = scorer.task.metrics.primary
+    checks = shift_checks(params, own)
+    passed = [c for c in candidates if c.status == PASSED]
+    if not checks or not passed:
+        return
+    shifts = ShiftDrops(params, scorer.record, (scorer.images, scorer.names), scorer.executor,
+                        scorer.fp32_at(params.model.imgsz), own)
+    for candidate in passed:
+        log.info("tune %s: under %d shifted copies of the val images", candidate.name, len(shifts.shifts))
+        candidate.drops |= shifts.drops(scorer.model(candidate), with_settings(params, candidate.settings))
+        failed = failures(params, checks, candidate.drops)
+        if failed:
+            candidate.status, candidate.why = FAILED, "; ".join(failed)
+
+
+def deployment_checks(params: Params, task) -> list[Check]:
+    """The gates beyond the clean mAP drop a candidate is judged by: the table's and the page's extra columns."""
+    own = task.metrics.primary
+    return [*at_conf_checks(params, own), *shift_checks(params, own)]
 
 
 def with_settings(params: Params, settings: dict) -> Params:
@@ -202,6 +231,7 @@ class SubsetScorer:
         self.predicted: dict[str, dict[int, list[dict]]] = {}
         self.shapes: dict[int, tuple[int, int]] = {}
         self.subsets: dict[int, tuple[PairedScorer, dict]] = {}  # size -> scorer per family and FP32's scores
+        self.at_conf: dict[int, AtConf] = {}  # size -> the at-threshold drops against FP32 on that subset
 
     def score(self, candidate: Candidate, size: int) -> tuple[dict[str, Interval], float]:
         """The candidate's drop per metric family on the first `size` images, and its images per second."""
@@ -224,6 +254,8 @@ class SubsetScorer:
         level = self.params.int8_eval.ci_level
         drops = {key: difference(fp32_scores, scorer.scores(candidate_detections)[0], level)
                  for key, (scorer, fp32_scores) in scorers.items()}
+        if at_conf_checks(self.params, self.task.metrics.primary):
+            drops |= self.at_conf[len(indices)].drops(candidate_detections)
         log.info("tune %s on %d images: %s", candidate.name, size,
                  ", ".join(f"{key} drop {drop.text()}" for key, drop in drops.items()))
         return drops, speed
@@ -276,6 +308,7 @@ class SubsetScorer:
                 scorer = PairedScorer(truth, p.bootstrap_samples, p.seed, family.iou_type)
                 entries[family.key()] = (scorer, scorer.scores(fp32)[0])
             self.subsets[len(indices)] = entries
+            self.at_conf[len(indices)] = AtConf(self.params, self.task.metrics.primary, truth, fp32, scorer.weights)
         return self.subsets[len(indices)]
 
 
@@ -422,9 +455,12 @@ def sized_round(params: Params, irs: dict[str, Path], sizes: dict[str, int], spe
                     tmp / "reports", sizes[name], speeds, "tune")
 
 
-def columns(task) -> list[str]:
-    """tune.csv's columns: the candidate, its settings, how far it got, its drops, its speed."""
-    drops = [f"{f.key('map50_95_drop')}{end}" for f in task.metrics.scored for end in ("", "_ci_low", "_ci_high")]
+def columns(params: Params, task) -> list[str]:
+    """tune.csv's columns: the candidate, its settings, how far it got, its drops (clean, at the deployed
+    threshold, under each shift), its speed."""
+    drops = [f"{key}{end}" for key in [*(f.key("map50_95_drop") for f in task.metrics.scored),
+                                       *(f"{c.key}_drop" for c in deployment_checks(params, task))]
+             for end in ("", "_ci_low", "_ci_high")]
     return ["candidate", *SPACE_KEYS, "float_scope", IMGSZ_KEY, "status", "why", "images", "evaluations", *drops,
             "images_per_second", "first_round_speedup", "speedup", "speedup_ci_low", "speedup_ci_high", "beaten_by",
             "chosen"]
@@ -445,6 +481,9 @@ def table(params: Params, candidates: list[Candidate], task, first_round: dict[s
             drop = c.drops.get(f.key())
             if drop is not None:
                 row |= drop.fields(f.key("map50_95_drop"), 5)
+        for check in deployment_checks(params, task):
+            if check.key in c.drops:
+                row |= c.drops[check.key].fields(f"{check.key}_drop", 5)
         if result and c.name in result.speedups:
             row |= result.speedups[c.name].fields("speedup", 3) | {"beaten_by": result.beaten_by[c.name]}
         row["chosen"] = int(bool(result) and c.name == result.chosen)
@@ -459,7 +498,9 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
         return paste_block("# tune found no candidate that passes the accuracy gates on the whole val split "
                            "(reports/tune.csv says why each one stopped);\n# nothing to paste. Widen tune.space or "
                            "raise the budget.", {})
-    drops = "; ".join(f"{f.title()} drop {chosen.drops[f.key()].text()}" for f in reversed(task.metrics.scored))
+    drops = "; ".join([*(f"{f.title()} drop {chosen.drops[f.key()].text()}" for f in reversed(task.metrics.scored)),
+                       *(f"{c.title} drop {chosen.drops[c.key].text()}" for c in deployment_checks(params, task)
+                         if c.key in chosen.drops)])
     speedup = result.speedups[chosen.name]
     measured = (f"# {drops} on all {chosen.images} val images; speed-up "
                 f"{speedup.point:.2f}x [{speedup.low:.2f}, {speedup.high:.2f}] over FP32 ({params.benchmark.hint}, "
@@ -496,9 +537,12 @@ def summary(params: Params, task, candidates: list[Candidate], evaluations: int,
         metrics["chosen_imgsz"] = deploy_size(params, chosen.settings)
         for f in task.metrics.scored:
             metrics |= chosen.drops[f.key()].fields(f"chosen_{f.key('map50_95_drop')}", 5)
+        for check in deployment_checks(params, task):
+            if check.key in chosen.drops:
+                metrics |= chosen.drops[check.key].fields(f"chosen_{check.key}_drop", 5)
         metrics |= result.speedups[chosen.name].fields("chosen_speedup", 3)
         metrics |= {"screen_rounds": screened, "benchmark_rounds": result.rounds}
-    outcome = [key for key in columns(task) if key == "status" or "drop" in key or "speedup" in key]
+    outcome = [key for key in columns(params, task) if key == "status" or "drop" in key or "speedup" in key]
     return metrics | {"ci_level": params.int8_eval.ci_level, "hint": params.benchmark.hint,
                       "seconds": round(seconds, 1), **cpu_info(), "model_sha256": record["model_sha256"],
                       "by_candidate": {row["candidate"]: {key: row[key] for key in outcome if key in row}

@@ -229,7 +229,7 @@ def naive_demo(tmp_path_factory, demo_checkout) -> Tuned:
     (autofix's search and its prices), then tune races the naive config (c0), which fails, and races it again with
     autofix's float scope (c1), which passes: tune's block is autofix's scope on the naive settings. The autofix
     and tune tests copy it. The speed gate's limit is 1.0 here and no shift is judged: these tests are about
-    clean accuracy."""
+    clean accuracy (autofix and tune judging shifts: tests/test_robustness.py and test_tune_on_a_tiny_model)."""
     project = tmp_path_factory.mktemp("naive") / "demo"
     shutil.copytree(demo_checkout, project, symlinks=True)
     params = yaml.safe_load((project / "params.yaml").read_text())
@@ -238,8 +238,8 @@ def naive_demo(tmp_path_factory, demo_checkout) -> Tuned:
     params |= {"quantize": NAIVE_QUANTIZE, "benchmark": QUICK_BENCHMARK, "tune": {"space": space},
                "autofix": {"price_rounds": 2, "price_seconds": 1},  # CI time: the prices' interval, not precision
                "gates": {**params.get("gates", {}), "min_speedup": 1.0},
-               # autofix and tune judge clean accuracy and speed, not shifts: the naive config also fails the noise
-               # gate, which no block of theirs is asked to fix (docs/gates.md, "Under shifted inputs")
+               # CI time: autofix and tune score their scope and each passing candidate under every shift, as much
+               # as a robustness stage each; the naive config also fails the noise gate
                "robustness": {"shifts": []}}
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     tuned = subprocess.run(["make", "tune"], cwd=project, env=venv_env(), capture_output=True, text=True,

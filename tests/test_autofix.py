@@ -4,6 +4,7 @@ fault ranked and fixed, an unreachable target, and the issue's naive-config -> p
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -114,6 +115,37 @@ def test_autofix_aims_at_the_gated_metric_the_plain_int8_misses_most():
     assert aimed_family(pose, drops(0.015, 0.02), params) is pose.primary
     assert aimed_family(pose, drops(0.02, 0.015), params).iou_type == "bbox"
     assert aimed_family(pose, drops(0.003, 0.001), params) is pose.primary  # nothing to fix: the task's own
+
+
+def test_a_candidate_s_at_threshold_drops_are_int8_eval_s(tmp_path, evaluated_project, tiny_weights, monkeypatch):
+    """What autofix's steps and tune's race judge a candidate by at the deployed threshold (`AtConf`, on the INT8
+    model's detections as a candidate's) is int8_eval's recall and F1 drop with its interval, to the digit; a limit
+    below it is a failure naming the rate. The untrained model's scores are tiny: it ships at the lowest."""
+    from qgate.artifacts import export_record, require_int8_model
+    from qgate.deployment_checks import AtConf, at_conf_checks, failures
+    from qgate.intervals import PairedScorer
+    from qgate.pipeline import evaluate_model
+
+    project = copy_project(evaluated_project, tmp_path, tiny_weights, int8_eval__bad_case_conf=0.0005,
+                           baseline__conf=0.0001, deploy__conf=0.0001)
+    _run(project, "int8_eval")
+    int8 = _json(project, "metrics/int8.json")
+    monkeypatch.chdir(project)
+    params = load_params(Path("params.yaml"))
+    result = evaluate_model(params, require_int8_model(params), export_record(params))
+    weights = PairedScorer(result.ground_truth, params.int8_eval.bootstrap_samples, params.int8_eval.seed).weights
+    family = TASK_METRICS["detect"].primary
+    at_conf = AtConf(params, family, result.ground_truth, _json(project, "artifacts/baseline_detections.json"),
+                     weights)
+    drops = at_conf.drops(result.detections)
+    for rate in ("recall", "f1"):
+        key = f"{rate}_at_conf_drop"
+        assert drops[f"{rate}_at_conf"].fields(key, 5) == {k: int8[k] for k in (key, f"{key}_ci_low", f"{key}_ci_high")}
+    assert int8["recall_at_conf"] > 0, int8  # INT8 finds objects there: the rates are not all zero
+    strict = dataclasses.replace(params, gates=dataclasses.replace(
+        params.gates, max_recall_drop=drops["recall_at_conf"].low - 0.01, max_f1_drop=None))
+    assert [text.split(" drop ")[0] for text in failures(strict, at_conf_checks(strict, family), drops)] == [
+        "recall at deploy.conf"]
 
 
 def test_an_empty_ranking_stops_autofix_saying_why(tmp_path, evaluated_project, tiny_weights):

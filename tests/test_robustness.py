@@ -4,6 +4,7 @@ recall gate fails, its advised threshold restores recall), and ranges that clip 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -99,9 +100,42 @@ def test_each_shift_and_severity_is_scored_paired_and_each_shift_judged_at_its_w
     assert metrics["images"] == json.loads((project / "metrics/baseline.json").read_text())["images"]
     _run(project, "robustness")
     assert (project / "metrics/robustness.json").read_bytes() == first
+    _judged_like_the_stage(project, metrics)
     (project / "models/int8/model_int8.xml").unlink()
     assert_fails_cleanly("robustness", project, ["INT8 model is missing", "dvc repro quantize"],
                          "metrics/robustness.json")
+
+
+def _judged_like_the_stage(project: Path, metrics: dict) -> None:
+    """What autofix and tune judge a candidate by under shifts (`ShiftDrops`, on the INT8 model as a candidate)
+    is the stage's judged drop and interval, to the digit, and a limit below it is a failure naming the shift."""
+    from qgate.artifacts import export_record, fp32_model, require_int8_model
+    from qgate.deployment_checks import ShiftDrops, failures, shift_checks
+    from qgate.params import load_params
+    from qgate.pipeline import val_images
+    from qgate.runtimes import runtime_for
+    from qgate.task_metrics import BOX
+
+    cwd = Path.cwd()
+    os.chdir(project)  # params name the project's files relative to it
+    try:
+        params = load_params(Path("params.yaml"))
+        record = export_record(params)
+        runtime = runtime_for(params)
+        shifts = ShiftDrops(params, record, val_images(params, record), None, runtime.read(fp32_model(params)), BOX)
+        drops = shifts.drops(runtime.read(require_int8_model(params)))
+    finally:
+        os.chdir(cwd)
+    for name in ("gaussian_noise", "jpeg"):
+        judged = f"{name}_map50_95_drop"
+        assert drops[f"shift_{name}"].fields(judged, 5) == {key: metrics[key] for key in
+                                                            (judged, f"{judged}_ci_low", f"{judged}_ci_high")}
+    worst = max(drops, key=lambda key: drops[key].low)
+    strict = dataclasses.replace(params, gates=dataclasses.replace(
+        params.gates, max_shift_map50_95_drop=drops[worst].low - 0.001, confidence=0.95))
+    failed = failures(strict, shift_checks(strict, BOX), drops)
+    named = f"mAP50-95 under {worst[len('shift_'):].replace('_', ' ')} drop"
+    assert any(text.startswith(named) for text in failed), failed
 
 
 DEPLOYED = 0.7  # x0.6 pulls every score toward 0.5: above it the scores fall (at 0.25 they would rise)
@@ -125,6 +159,12 @@ def test_a_planted_score_shift_keeps_map_fails_recall_and_the_advised_threshold_
     results = _judged(project)
     assert results["accuracy_map50_95_drop"] == "pass", results
     assert results["accuracy_recall_at_conf_drop"] == "FAIL", results
+    _params(project, autofix={"price_rounds": 0})
+    _run(project, "autofix")  # its clean drop is within target: a float scope is a fix only if recall passes too
+    fix = _json(project, "metrics/autofix.json")
+    assert (fix["needed"], fix["reached"]) == (1, 0), fix  # no quantizer in float undoes a scale in the graph
+    assert "recall at deploy.conf drop" in fix["fails"], fix
+    assert "# It is not a fix: it fails recall at deploy.conf drop" in (project / "reports/autofix_scope.yaml").read_text()
     advised = planted["advised_int8_conf"]
     assert advised < DEPLOYED, planted
     _params(project, deploy={"int8_conf": advised})

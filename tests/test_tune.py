@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import json
 import logging
 import re
@@ -79,6 +80,13 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
         assert (rows[name]["why"] == "") == (rows[name]["chosen"] == "1"), rows[name]
         assert float(rows[name]["speedup_ci_low"]) <= float(rows[name]["speedup"]) <= float(
             rows[name]["speedup_ci_high"])
+    shifts = load_params(project / "params.yaml").robustness.shifts
+    judged = ["recall_at_conf_drop", "f1_at_conf_drop", *(f"shift_{name}_drop" for name in shifts)]
+    assert len(judged) > 2  # the default shifts: each passing candidate is judged by every default gate
+    for name, key in itertools.product(("c0", "c2", "c4"), judged):
+        row = rows[name]
+        assert float(row[f"{key}_ci_low"]) <= float(row[key]) <= float(row[f"{key}_ci_high"]), (name, key, row)
+    assert all(rows[name][key] == "" for name, key in itertools.product(("c1", "c3"), judged))  # not scored
     metrics = json.loads((project / "metrics/tune.json").read_text())
     assert (metrics["candidates"], metrics["evaluations"], metrics["passed"], metrics["same_model"]) == (5, 9, 3, 2)
     # each candidate's outcome, for `dvc metrics show` / `dvc exp show`: its tune.csv row without the settings
@@ -103,6 +111,7 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
         assert list(block) == SPACE_KEYS
     _assert_pareto_page(project, rows, scored=["c0", "c2", "c4"])
     assert "autofix's adds 2 ops float" in (project / "reports/tune.md").read_text()
+    assert f"| mAP50-95 under {shifts[0].replace('_', ' ')} drop |" in (project / "reports/tune.md").read_text()
 
 
 def _assert_pareto_page(project: Path, rows: dict[str, dict], scored: list[str]) -> None:
@@ -178,7 +187,8 @@ def test_failed_configs_race_again_with_autofix_scope_within_the_budget_left(tmp
 
     def planted(candidate, size):
         failing = candidate.settings["preset"] == "performance" and "ignored_scope" not in candidate.settings
-        return {"map50_95": Interval(0.03, 0.02, 0.04, 0.95) if failing else Interval(0.0, -0.005, 0.005, 0.95)}, 1.0
+        drop = Interval(0.03, 0.02, 0.04, 0.95) if failing else Interval(0.0, -0.005, 0.005, 0.95)
+        return {limit.key: drop for limit in limits}, 1.0  # the clean drop, and recall and F1 at deploy.conf
 
     # per size, 4 mixed configs pass on 50, 100, 200 images and 4 performance ones are dropped on 50; at
     # model.imgsz autofix's candidate (the current settings with its scope) passes too
