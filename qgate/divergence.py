@@ -10,6 +10,8 @@ import numpy as np
 from qgate.errors import QgateError
 
 SQNR_CAP_DB = 100.0  # an exact match has infinite SQNR; a cap keeps differences and CSVs finite
+NETWORK_INPUT = ("", 0)  # the key of a quantizer reading the network input: no layer output, it is fed the image
+CLIP_GROWTH = 0.01  # under a shift, a layer clipping this much more of its values than on clean images is named
 MIN_MATCHED_FRACTION = 0.9
 
 

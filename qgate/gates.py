@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from qgate.consistency import problems
 from qgate.cpu import describe
+from qgate.divergence import CLIP_GROWTH
 from qgate.io import sha256_file
 from qgate.paste import paste_block
 from qgate.params import Params
@@ -533,8 +534,11 @@ def _layer_under_shift(m: Metrics, name: str) -> str:
         return ""
     if not row or not row.get("layer"):
         return ""
-    what = "diverges" if row["divergent"] == "1" else "loses the most SQNR against the clean images"
-    clipped = f", {float(row['clip_fraction']):.1%} of its values clipped" if row.get("clip_fraction") else ""
+    now, before = (float(row.get(key) or 0) for key in ("clip_fraction", "clean_clip_fraction"))
+    what = ("diverges" if row["divergent"] == "1" else "clips more than on the clean images"
+            if now - before >= CLIP_GROWTH else "loses the most SQNR against the clean images")
+    clipped = (f", {now:.1%} of its values clipped ({before:.1%} clean)" if row.get("clean_clip_fraction")
+               else f", {now:.1%} of its values clipped" if row.get("clip_fraction") else "")
     advice = f"; {row['advice']}" if row.get("advice") else ""
     return (f"under {name.replace('_', ' ')} (severity {row['severity']}, the divergence images) layer {row['layer']} "
             f"{what}: {float(row['sqnr_db']):.1f} dB ({float(row['clean_sqnr_db']):.1f} dB clean){clipped}{advice} "

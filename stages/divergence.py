@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from qgate.cli import run_stage
 from qgate.dataset import split_images
-from qgate.divergence import DetectionError, LayerStats, sqnr_db
+from qgate.divergence import CLIP_GROWTH, NETWORK_INPUT, DetectionError, LayerStats, sqnr_db
 from qgate.divergence_table import divergent, layer_rows
 from qgate.evaluator import image_tensor
 from qgate.io import write_csv, write_json, write_text
@@ -119,21 +119,35 @@ def _mark_divergent(rows: list[dict], cfg) -> list[dict]:
 
 def _under_shift(capture: "_Capture", cfg, shift: Shift, images: list[Path], positions: dict[Path, int],
                  clean: list[dict]) -> dict:
-    """The same images under `shift`: the first divergent layer there, else the layer that lost most SQNR against
-    the clean images; its SQNR both ways, how much of its range clips, and the table's advice."""
+    """The same images under `shift`: the first divergent layer there; else the layer whose inputs clip the most
+    more than on the clean images (`CLIP_GROWTH` of its values at least: ranges calibrated on clean images, too
+    narrow for the shifted ones); else the layer that lost most SQNR against the clean images. Its SQNR and clip
+    fraction both ways, and the table's advice."""
     rows = capture.run([(path, shift, positions[path]) for path in images])[0]
     broken = _mark_divergent(rows, cfg)
-    clean_sqnr = {(r["name"], r["port"]): r["sqnr_db"] for r in clean}
-    lost = lambda r: clean_sqnr[(r["name"], r["port"])] - r["sqnr_db"]  # noqa: E731
-    layer = broken[0] if broken else max((r for r in rows if r["introduces_error"]), key=lost, default=None)
+    before = {(r["name"], r["port"]): r for r in clean}
+    lost = lambda r: before[(r["name"], r["port"])]["sqnr_db"] - r["sqnr_db"]  # noqa: E731
+    grown = lambda r: _clipped(r) - _clipped(before[(r["name"], r["port"])])  # noqa: E731
+    introducing = [r for r in rows if r["introduces_error"]]
+    clipping = max(introducing, key=grown, default=None)
+    layer = (broken[0] if broken else clipping if clipping and grown(clipping) >= CLIP_GROWTH
+             else max(introducing, key=lost, default=None))
     if layer is None:
         return {"shift": shift.name, "severity": shift.severity, "layer": "", "divergent": 0}
+    clean_row = before[(layer["name"], layer["port"])]
     return {"shift": shift.name, "severity": shift.severity, "layer": layer["name"], "divergent": int(bool(broken)),
-            "sqnr_db": layer["sqnr_db"], "clean_sqnr_db": clean_sqnr[(layer["name"], layer["port"])],
-            "clip_fraction": layer["clip_fraction"], "advice": layer["advice"]}
+            "sqnr_db": layer["sqnr_db"], "clean_sqnr_db": clean_row["sqnr_db"],
+            "clip_fraction": layer["clip_fraction"], "clean_clip_fraction": clean_row["clip_fraction"],
+            "advice": layer["advice"]}
 
 
-SHIFT_COLUMNS = ["shift", "severity", "layer", "divergent", "sqnr_db", "clean_sqnr_db", "clip_fraction", "advice"]
+def _clipped(row: dict) -> float:
+    """A row's clip fraction; 0 for a layer without an activation quantizer on its inputs."""
+    return float(row["clip_fraction"] or 0)
+
+
+SHIFT_COLUMNS = ["shift", "severity", "layer", "divergent", "sqnr_db", "clean_sqnr_db", "clip_fraction",
+                 "clean_clip_fraction", "advice"]
 SHIFT_FIELDS = ("layer", "divergent")  # in divergence.json as '<shift>_layer': what the shift gate's hint names
 
 
@@ -169,6 +183,8 @@ class _Capture:
             for key, quantizer in quantizers.items():
                 if key in position:
                     quantizer.update(ref[position[key]])
+                elif key == NETWORK_INPUT:  # the image itself: its range clips bright pixels, for one
+                    quantizer.update(tensor)
             output_stats.update(ref[0], plain[0])
             detections.update(tuple(r[0] for r in ref[:task.outputs]), tuple(p[0] for p in plain[:task.outputs]))
             difference = test[0].astype(np.float64) - plain[0]

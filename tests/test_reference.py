@@ -3,6 +3,7 @@ end to end in a copy of the checkout, and its FP32 baseline against Ultralytics'
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -16,8 +17,8 @@ import yaml
 
 from qgate.dataset import coco_ground_truth, load_dataset, split_images, ultralytics_yaml
 from qgate.cocoeval import coco_map
-from tests.conftest import (QUICK_BENCHMARK, ROOT, gate_own_model, pycocotools_stats, table_results,
-                            verdict_is_consistent)
+from tests.conftest import (QUICK_BENCHMARK, ROOT, gate_own_model, plant_range_fault, pycocotools_stats,
+                            table_results, verdict_is_consistent)
 
 REFERENCE_FP32_MAP50_95 = 0.4697  # qgate's evaluator, static 640 (the issue's reference number)
 
@@ -212,3 +213,31 @@ def test_the_drift_gates_pass_when_the_accuracy_gate_does(gated):
     assert int8["map50_95_drop"] <= 0.01 and not results["accuracy_map50_95_drop"].endswith(("FAIL", "FAIL)")), results
     drift = {gate: result for gate, result in results.items() if gate.startswith("drift_")}
     assert len(drift) == 3 and set(drift.values()) == {"pass"}, results
+
+
+PLANTED_INPUT = "/model.0/conv/Conv/WithoutBiases"  # reads the network input's quantizer
+
+
+def test_a_range_cut_on_clean_images_fails_only_the_bright_gate_which_names_that_layer(gated, tmp_path):
+    """The input quantizer's high cut to 0.8x its calibrated value (0.799 of 0.999: 12% of COCO128's clean pixels
+    above it), the INT8 model re-scored: bright images (severity 3) clip far more there. The clean gate does not
+    fail (measured at ad3a3d8's model: -0.003 [-0.020, 0.008]), the bright gate fails on its interval (0.050 [0.029,
+    0.075]), and its verdict names the planted layer as clipping more than on the clean images. Not on the demo: its
+    clean and bright drops rise together there (docs/gates.md)."""
+    from tests.test_robustness import _outputs_copy, _params, _run
+
+    checkout, _ = gated
+    project = _outputs_copy(checkout, tmp_path / "p")
+    plant_range_fault(project, PLANTED_INPUT, 0.8)
+    _params(project, robustness={"shifts": ["bright"], "severities": [3]})
+    _run(project, "int8_eval", "robustness", "divergence")
+    done = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "qgate.judge"], cwd=project, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    results = table_results(done.stdout)
+    print("planted reference:", {k: v for k, v in results.items() if k.startswith("accuracy_")})
+    assert not results["accuracy_map50_95_drop"].endswith(("FAIL", "FAIL)")), results
+    assert results["accuracy_shift_bright_map50_95_drop"] == "FAIL", results
+    verdict = done.stdout.split("FAIL  accuracy_shift_bright_map50_95_drop", 1)[1].split("\n\n", 1)[0]  # and hint
+    assert f"layer {PLANTED_INPUT} clips more than on the clean images" in verdict, verdict
+    row = next(csv.DictReader((project / "reports/divergence_shifts.csv").open()))
+    assert float(row["clip_fraction"]) > 2 * float(row["clean_clip_fraction"]) > 0.1, row  # the input clips

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import onnx
 
-from qgate.divergence import LayerFacts, QuantizerStats, matched_keys
+from qgate.divergence import NETWORK_INPUT, LayerFacts, QuantizerStats, matched_keys
 from qgate.runtimes.onnxruntime.graph import NOT_LAYERS, Graph
 from qgate.runtimes.onnxruntime.ops import quantizer_range
 
@@ -39,9 +39,13 @@ def activation_quantizers(int8: Graph) -> dict[tuple[str, int], QuantizerStats]:
     """Activation Q/DQ pairs keyed by the (name, port) output they quantize, with their ranges and readers."""
     found = {}
     for quantize in int8.nodes:
-        source = int8.real_source(quantize.input[0]) if quantize.op_type == "QuantizeLinear" else None
-        if source is None or int8.constant(quantize.input[0]) is not None:
-            continue  # a weight's quantizer, or the network input's
+        if quantize.op_type != "QuantizeLinear" or int8.constant(quantize.input[0]) is not None:
+            continue  # not a quantizer, or a weight's
+        source = int8.real_source(quantize.input[0])
+        if source is None and quantize.input[0] in {i.name for i in int8.model.graph.input}:
+            source = NETWORK_INPUT
+        if source is None:
+            continue
         low, high, levels = quantizer_range(int8, quantize)
         stats = QuantizerStats(low=low, high=high, levels=levels, name=quantize.name)
         stats.consumers = [reader.name for dequantize in int8.readers.get(quantize.output[0], [])

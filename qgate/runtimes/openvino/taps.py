@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import openvino as ov
 
-from qgate.divergence import LayerFacts, QuantizerStats, matched_keys
+from qgate.divergence import NETWORK_INPUT, LayerFacts, QuantizerStats, matched_keys
 from qgate.errors import QgateError
 from qgate.runtimes.openvino.ops import has_weights, upstream_quantizers, weight_quantizer
 
@@ -62,7 +62,8 @@ def activation_quantizers(int8: ov.Model) -> dict[tuple[str, int], QuantizerStat
         stats = QuantizerStats(low=bounds[0], high=bounds[1], levels=op.get_attributes()["levels"],
                                name=op.get_friendly_name())
         stats.consumers = [t.get_node().get_friendly_name() for t in op.output(0).get_target_inputs()]
-        found[(source.get_node().get_friendly_name(), source.get_index())] = stats
+        reads_input = source.get_node().get_type_name() == "Parameter"
+        found[NETWORK_INPUT if reads_input else (source.get_node().get_friendly_name(), source.get_index())] = stats
     return found
 
 
