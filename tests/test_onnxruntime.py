@@ -28,7 +28,8 @@ from tests.conftest import (ROOT, assert_fails_cleanly, divergence_and_ranking, 
                             stage_in_process, verdict_is_consistent, write_params)
 from tests.test_families import FAMILIES, STAGES as FAMILY_STAGES, tiny_detector
 
-STAGES = ("export", "baseline", "quantize", "int8_eval", "benchmark", "divergence", "sensitivity", "autofix")
+STAGES = ("export", "baseline", "quantize", "int8_eval", "robustness", "benchmark", "divergence", "sensitivity",
+          "autofix")
 # a mid-backbone convolution of YOLOv8n: the C2f block at stride 8 reads it first
 PLANTED = "/model.4/cv1/conv/Conv"
 
@@ -71,6 +72,14 @@ def test_every_stage_runs_on_onnx_runtime_with_each_quantizer(ort_project):
     assert json.loads(next((ort_project / "reports/benchmark").rglob("*.json")).read_text())["threads"] >= 1
     divergence, sensitivity = _metrics(ort_project, "divergence"), _metrics(ort_project, "sensitivity")
     assert divergence["layers"] > 100 and sensitivity["groups"] > 10
+    shifted = _metrics(ort_project, "robustness")  # both models scored under every default shift, on ORT
+    assert shifted["images"] == 6 and shifted["shifts"], shifted
+    for name in shifted["shifts"]:
+        judged = f"{name}_map50_95_drop"
+        assert shifted[f"{judged}_ci_low"] <= shifted[judged] <= shifted[f"{judged}_ci_high"], shifted
+    with open(ort_project / "reports/divergence.csv") as handle:
+        first = next(csv.DictReader(handle))  # the first conv: its input quantizer is fed the image itself
+    assert first["inputs_quantized"] == "1" and first["clip_fraction"] != "", first
     assert _metrics(ort_project, "autofix")["model_sha256"] == record["model_sha256"]
 
 
