@@ -10,7 +10,7 @@ import numpy as np
 
 from qgate.cocoeval import matched
 from qgate.intervals import Interval, PairedDrop, paired_drop
-from qgate.operating_point import Found, at_threshold
+from qgate.operating_point import Found, at_threshold, int8_conf
 from qgate.params import Params
 from qgate.pipeline import evaluate_model
 from qgate.shifts import Shift
@@ -45,6 +45,12 @@ def shift_checks(params: Params, family: Scored) -> list[Check]:
                   "gates.max_shift_map50_95_drop") for name in params.robustness.shifts]
 
 
+def candidate_checks(params: Params, family: Scored) -> list[Check]:
+    """Every deployment gate a candidate is judged by beyond the clean mAP drop: the at-threshold ones, then the
+    shift ones (tune's table and page columns)."""
+    return [*at_conf_checks(params, family), *shift_checks(params, family)]
+
+
 def failures(params: Params, checks: list[Check], drops: dict[str, Interval]) -> list[str]:
     """What each check a candidate fails measured, as the gates decide (gates.confidence, gates.inconclusive)."""
     g = params.gates
@@ -66,8 +72,7 @@ class AtConf:
     def drops(self, detections: list[dict]) -> dict[str, Interval]:
         """Each at-threshold rate's drop, FP32 at deploy.conf minus the candidate at INT8's threshold."""
         deploy = self.params.deploy
-        int8_conf = deploy.conf if deploy.int8_conf is None else deploy.int8_conf
-        point = at_threshold(self.fp32, self._found(detections, self.fp32.objects), deploy.conf, int8_conf,
+        point = at_threshold(self.fp32, self._found(detections, self.fp32.objects), deploy.conf, int8_conf(deploy),
                              self.weights, self.params.int8_eval.ci_level)
         return {self.family.key(f"{rate}_at_conf"): point.drop[rate] for rate in ("recall", "f1")}
 

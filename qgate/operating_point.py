@@ -94,6 +94,12 @@ class Found:
 RATES = ("precision", "recall", "f1")
 
 
+def int8_conf(deploy) -> float:
+    """The threshold INT8 is judged at (`deploy`: params' `deploy:` section): `deploy.int8_conf`, else the one FP32
+    ships with."""
+    return deploy.conf if deploy.int8_conf is None else deploy.int8_conf
+
+
 @dataclass(frozen=True)
 class AtThreshold:
     """FP32 at `conf` and INT8 at `int8_conf`: each rate of both, the drops, the score shift and the advice."""

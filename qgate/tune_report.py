@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from qgate.deploy import RUNTIMES
-from qgate.deployment_checks import at_conf_checks, shift_checks
+from qgate.deployment_checks import candidate_checks
 from qgate.io import write_bytes, write_csv, write_text
 from qgate.page import Section, figure, render_html, render_markdown
 from qgate.params import Params
@@ -117,8 +117,7 @@ def scope_change(params: Params, settings: dict) -> str:
 
 def _candidates(params: Params, task, candidates: list[Candidate], rows: list[dict]) -> Section:
     speed = {r["candidate"]: r for r in rows}
-    own = task.metrics.primary
-    checks = [*at_conf_checks(params, own), *shift_checks(params, own)]  # the gates beyond the clean drop
+    checks = candidate_checks(params, task.metrics.primary)  # the gates beyond the clean drop
     header = ["candidate", "changed from c0", "status", "images",
               *(f"{f.title()} drop" for f in task.metrics.scored), *(f"{c.title} drop" for c in checks), "speed-up",
               "why"]

@@ -15,7 +15,7 @@ from qgate.errors import QgateError
 from qgate.cocoeval import area_entries, counted_objects, matched
 from qgate.intervals import PairedDrop, PairedScorer, paired_drop
 from qgate.io import read_json, write_csv, write_json
-from qgate.operating_point import Found, at_threshold
+from qgate.operating_point import Found, at_threshold, int8_conf
 from qgate.params import Params
 from qgate.artifacts import export_record, int8_weights_sha256, require_int8_model
 from qgate.pipeline import evaluate_model
@@ -57,7 +57,7 @@ def main(params: Params) -> dict:
         "images_changed": sum(c["disagreement"] > 0 for c in cases),
         "mean_disagreement": round(sum(c["disagreement"] for c in cases) / max(len(cases), 1), 5),
         **interval_metrics(accuracy[box]),
-        "deploy_conf": params.deploy.conf, "deploy_int8_conf": int8_conf(params),
+        "deploy_conf": params.deploy.conf, "deploy_int8_conf": int8_conf(params.deploy),
     }
     for family in own:  # masks of a segment model: the same keys, prefixed
         metrics |= drop_metrics(family, baseline, result) | interval_metrics(accuracy[family], family)
@@ -91,18 +91,14 @@ def _paired(params: Params, family: Scored, baseline: dict, reference: list[dict
                        cfg.seed, points, family.iou_type, matches)
 
 
-def int8_conf(params: Params) -> float:
-    """The threshold INT8 is judged at: `deploy.int8_conf`, else the one FP32 ships with."""
-    return params.deploy.conf if params.deploy.int8_conf is None else params.deploy.int8_conf
-
-
 def _operating_point(params: Params, family: Scored, result, matches: tuple, weights) -> dict:
     """Precision, recall and F1 of FP32 at `deploy.conf` and INT8 at its own, paired; the score shift; the advice."""
     images = len(result.ground_truth["images"])
     found = [Found.of(evaluator, images) if evaluator else None for evaluator in matches]
     objects = next((f.objects for f in found if f), np.zeros(images, dtype=np.int64))
     fp32, int8 = (f or Found.nothing(images, objects) for f in found)
-    point = at_threshold(fp32, int8, params.deploy.conf, int8_conf(params), weights, params.int8_eval.ci_level)
+    point = at_threshold(fp32, int8, params.deploy.conf, int8_conf(params.deploy), weights,
+                         params.int8_eval.ci_level)
     return point.fields(family.prefix)
 
 

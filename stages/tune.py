@@ -19,7 +19,8 @@ from qgate.executors import open_executor
 from qgate.cli import run_stage
 from qgate.cpu import cpu_info, describe
 from qgate.deploy import RUNTIMES, quantizer_in_force
-from qgate.deployment_checks import AtConf, Check, ShiftDrops, at_conf_checks, failures, shift_checks
+from qgate.deployment_checks import (AtConf, ShiftDrops, at_conf_checks, candidate_checks, failures,
+                                     shift_checks)
 from qgate.errors import QgateError
 from qgate.evaluator import Predictor, predict
 from qgate.intervals import Interval, PairedScorer, difference
@@ -192,12 +193,6 @@ def judge_shifts(params: Params, scorer: SubsetScorer, candidates: list[Candidat
         failed = failures(params, checks, candidate.drops)
         if failed:
             candidate.status, candidate.why = FAILED, "; ".join(failed)
-
-
-def deployment_checks(params: Params, task) -> list[Check]:
-    """The gates beyond the clean mAP drop a candidate is judged by: the table's and the page's extra columns."""
-    own = task.metrics.primary
-    return [*at_conf_checks(params, own), *shift_checks(params, own)]
 
 
 def with_settings(params: Params, settings: dict) -> Params:
@@ -459,7 +454,7 @@ def columns(params: Params, task) -> list[str]:
     """tune.csv's columns: the candidate, its settings, how far it got, its drops (clean, at the deployed
     threshold, under each shift), its speed."""
     drops = [f"{key}{end}" for key in [*(f.key("map50_95_drop") for f in task.metrics.scored),
-                                       *(f"{c.key}_drop" for c in deployment_checks(params, task))]
+                                       *(f"{c.key}_drop" for c in candidate_checks(params, task.metrics.primary))]
              for end in ("", "_ci_low", "_ci_high")]
     return ["candidate", *SPACE_KEYS, "float_scope", IMGSZ_KEY, "status", "why", "images", "evaluations", *drops,
             "images_per_second", "first_round_speedup", "speedup", "speedup_ci_low", "speedup_ci_high", "beaten_by",
@@ -481,7 +476,7 @@ def table(params: Params, candidates: list[Candidate], task, first_round: dict[s
             drop = c.drops.get(f.key())
             if drop is not None:
                 row |= drop.fields(f.key("map50_95_drop"), 5)
-        for check in deployment_checks(params, task):
+        for check in candidate_checks(params, task.metrics.primary):
             if check.key in c.drops:
                 row |= c.drops[check.key].fields(f"{check.key}_drop", 5)
         if result and c.name in result.speedups:
@@ -499,7 +494,7 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
                            "(reports/tune.csv says why each one stopped);\n# nothing to paste. Widen tune.space or "
                            "raise the budget.", {})
     drops = "; ".join([*(f"{f.title()} drop {chosen.drops[f.key()].text()}" for f in reversed(task.metrics.scored)),
-                       *(f"{c.title} drop {chosen.drops[c.key].text()}" for c in deployment_checks(params, task)
+                       *(f"{c.title} drop {chosen.drops[c.key].text()}" for c in candidate_checks(params, task.metrics.primary)
                          if c.key in chosen.drops)])
     speedup = result.speedups[chosen.name]
     measured = (f"# {drops} on all {chosen.images} val images; speed-up "
@@ -537,7 +532,7 @@ def summary(params: Params, task, candidates: list[Candidate], evaluations: int,
         metrics["chosen_imgsz"] = deploy_size(params, chosen.settings)
         for f in task.metrics.scored:
             metrics |= chosen.drops[f.key()].fields(f"chosen_{f.key('map50_95_drop')}", 5)
-        for check in deployment_checks(params, task):
+        for check in candidate_checks(params, task.metrics.primary):
             if check.key in chosen.drops:
                 metrics |= chosen.drops[check.key].fields(f"chosen_{check.key}_drop", 5)
         metrics |= result.speedups[chosen.name].fields("chosen_speedup", 3)

@@ -37,12 +37,12 @@ def match_layers(fp32: Graph, int8: Graph, fp32_name: str, int8_name: str) -> li
 
 def activation_quantizers(int8: Graph) -> dict[tuple[str, int], QuantizerStats]:
     """Activation Q/DQ pairs keyed by the (name, port) output they quantize, with their ranges and readers."""
-    found = {}
+    found, inputs = {}, {i.name for i in int8.model.graph.input}
     for quantize in int8.nodes:
         if quantize.op_type != "QuantizeLinear" or int8.constant(quantize.input[0]) is not None:
             continue  # not a quantizer, or a weight's
         source = int8.real_source(quantize.input[0])
-        if source is None and quantize.input[0] in {i.name for i in int8.model.graph.input}:
+        if source is None and quantize.input[0] in inputs:
             source = NETWORK_INPUT
         if source is None:
             continue
