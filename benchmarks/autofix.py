@@ -89,7 +89,7 @@ def run_accuracy_control(params: Params, work: Path) -> dict:
     def validate(compiled, items) -> tuple[float, None]:
         items = list(items)
         calls["full" if len(items) == len(val) else "partial"] += 1
-        return evaluate(OpenVINO(), compiled, items, dataset.names, params.model.imgsz).map50_95, None
+        return evaluate(OpenVINO(), compiled, items, dataset.names, params.model.imgsz).value("map50_95"), None
 
     start = time.perf_counter()
     model = nncf.quantize_with_accuracy_control(
@@ -123,7 +123,7 @@ def drop(ir: Path, params: Params, fp32_map: float) -> float:
     dataset = load_dataset(params.model.dataset)
     result = evaluate(OpenVINO(), compile_model(ir, params.baseline.inference_precision),
                       split_images(dataset, params.baseline.split), dataset.names, params.model.imgsz)
-    return fp32_map - result.map50_95
+    return fp32_map - result.value("map50_95")
 
 
 def main() -> None:

@@ -59,7 +59,7 @@ def run_qgate(ir: Path, images: list[Path], names, imgsz: int, precision: str) -
     loop_start = time.perf_counter()
     result = evaluate(OpenVINO(), compiled, images, names, imgsz)
     end = time.perf_counter()
-    return end - start, end - loop_start, result.map50_95
+    return end - start, end - loop_start, result.value("map50_95")
 
 
 def run_ultralytics(model_dir: Path, data_yaml: Path, imgsz: int, work: Path) -> tuple[float, float, float]:

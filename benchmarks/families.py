@@ -90,10 +90,10 @@ def run_family(family: dict, seconds: int, work: Path, data_root: Path) -> dict:
                            "divergence")}
     verdicts = judged(work)
     int8 = metric["int8"]
-    return {"family": family["name"], "model": _scaled(Path(family["yaml"]).stem), "metric": own.title(),
-            "ultralytics_val": ultralytics_map, "fp32": metric["baseline"][own.key()],
-            "int8": int8[own.key()], "drop": int8[own.key("map50_95_drop")],
-            "drop_ci": (int8[own.key("map50_95_drop_ci_low")], int8[own.key("map50_95_drop_ci_high")]),
+    return {"family": family["name"], "model": _scaled(Path(family["yaml"]).stem), "metric": own.main.title,
+            "ultralytics_val": ultralytics_map, "fp32": metric["baseline"][own.main.key],
+            "int8": int8[own.main.key], "drop": int8[own.main.stat("drop")],
+            "drop_ci": (int8[own.main.stat("drop_ci_low")], int8[own.main.stat("drop_ci_high")]),
             "speedup_ci": (metric["benchmark"]["speedup_fps_ci_low"], metric["benchmark"]["speedup_fps_ci_high"]),
             "decode_ops": metric["quantize"]["ops_float_by_decode_rule"],
             "speedup": metric["benchmark"]["speedup_fps"], "int8_fps": metric["benchmark"]["int8_fps"],

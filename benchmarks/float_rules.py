@@ -59,7 +59,7 @@ def run_setting(project: Path, work: Path, quantize: dict, speed: bool) -> dict:
 
 
 def _drop(int8: dict, family) -> str:
-    key = family.key("map50_95_drop")
+    key = family.main.stat("drop")
     return f"{int8[key]:+.4f} [{int8[key + '_ci_low']:+.4f}, {int8[key + '_ci_high']:+.4f}]"
 
 
@@ -93,7 +93,7 @@ def main() -> None:
     print(f"\n{project.name}: {task.name} model, imgsz {record['imgsz']}, its params.yaml otherwise; CPU: "
           f"{describe(cpu_info())}, {os.cpu_count()} cores\n")
     families = [own, *(family for family in task.scored if family is not own)]  # the task's own metric first
-    print("| setting | ops float by rule or scope | " + " | ".join(f"{f.title()} drop [95%]" for f in families)
+    print("| setting | ops float by rule or scope | " + " | ".join(f"{f.main.title} drop [95%]" for f in families)
           + (" | speed-up [95%] |" if args.speed else " |"))
     print("|---|---|" + "---|" * len(families) + ("---|" if args.speed else ""))
     for name, metrics in rows:

@@ -111,7 +111,7 @@ def accuracy_control(params: Params, work: Path, tune_hyperparams: bool = False)
         nonlocal scored
         items = list(items)
         scored += len(items)
-        return evaluate(OpenVINO(), compiled, items, dataset.names, imgsz, postprocess).map50_95, None
+        return evaluate(OpenVINO(), compiled, items, dataset.names, imgsz, postprocess).value("map50_95"), None
 
     fp32 = ov.Core().read_model(fp32_model(params))
     start = time.perf_counter()
@@ -131,7 +131,7 @@ def map50_95(ir: Path, params: Params) -> float:
     dataset = load_dataset(params.model.dataset)
     images = split_images(dataset, params.baseline.split)
     return evaluate(OpenVINO(), compile_model(ir, params.baseline.inference_precision), images, dataset.names,
-                    params.model.imgsz).map50_95
+                    params.model.imgsz).value("map50_95")
 
 
 def median_fps(irs: list[Path], params: Params, work: Path) -> list[float]:

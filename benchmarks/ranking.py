@@ -116,8 +116,8 @@ def main() -> None:
         fp32_map = read_json(params.baseline.metrics)["map50_95"]
         dataset = model_dataset(params, record)
         val = split_images(dataset, params.baseline.split)
-        gains = np.array([evaluate_model(params, revert(int8, fp32, groups, {i}), record).map50_95 - int8_map
-                          for i in range(len(groups))])
+        gains = np.array([evaluate_model(params, revert(int8, fp32, groups, {i}), record).value("map50_95")
+                          - int8_map for i in range(len(groups))])
         by_name = {p.name: p for p in val}
         with open(params.int8_eval.bad_cases) as handle:
             bad = [by_name[r["file_name"]] for r in csv.DictReader(handle) if float(r["disagreement"]) > 0][:8]
@@ -150,7 +150,7 @@ def emulated_map(params, int8, groups, dataset, val) -> float:
     """mAP50-95 of the INT8 model with every FakeQuantize emulated in float."""
     compiled = ov.Core().compile_model(emulated(int8, groups, switchable=False), "CPU",
                                        {"INFERENCE_PRECISION_HINT": params.baseline.inference_precision})
-    return evaluate(OpenVINO(), compiled, val, dataset.names, params.model.imgsz).map50_95
+    return evaluate(OpenVINO(), compiled, val, dataset.names, params.model.imgsz).value("map50_95")
 
 
 if __name__ == "__main__":

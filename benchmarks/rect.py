@@ -52,7 +52,7 @@ def main() -> None:
         if args.reference:
             params = reference_params(params, args.reference.resolve(), work)
             export.main(params)
-        ours = evaluate_model(params, fp32_model(params), export_record(params)).map50_95
+        ours = evaluate_model(params, fp32_model(params), export_record(params)).value("map50_95")
         rows = [("ultralytics val(), rect=True (its default)", ultralytics_val(params, True, work)),
                 ("ultralytics val(), rect=False", ultralytics_val(params, False, work)),
                 ("qgate FP32 baseline (static exported IR)", ours)]

@@ -84,7 +84,7 @@ def measure(ir: str, images: list[Path], names: tuple[str, ...], workers: int | 
     return {"images_per_second": result.images / predicted, "predict_seconds": predicted,
             "score_seconds": scored, "start_seconds": started,
             "predict_rss_mb": predicted_rss, "driver_rss_mb": peak_rss_mb(), "actor_rss_mb": actors,
-            "map50_95": result.map50_95, "detections": len(result.detections)}
+            "map50_95": result.value("map50_95"), "detections": len(result.detections)}
 
 
 def child(args) -> None:

@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 def step_columns(family: Scored, checks: list[Check]) -> list[str]:
     """The steps table's columns; the metric ones named by the family autofix aims at (`mask_map50_95`, ...), then
     the drop of each at-threshold gate the step is judged by too, and what it fails."""
-    return ["evaluation", "tried", "groups_float", "ops_float", family.key("map50_95"), family.key("map50"),
-            family.key("map50_95_drop"), "drop_ci_low", "drop_ci_high", "gain", "gain_ci_low", "gain_ci_high",
+    return ["evaluation", "tried", "groups_float", "ops_float", family.main.key, family.second.key,
+            family.main.stat("drop"), "drop_ci_low", "drop_ci_high", "gain", "gain_ci_low", "gain_ci_high",
             *(f"{check.key}_drop" for check in checks), "within_target", "fails", "kept", "images_per_second"]
 
 
@@ -39,15 +39,14 @@ def plain_failures(params: Params, task: TaskMetrics, int8_metrics: dict) -> lis
 def plain_int8(int8_metrics: dict, family: Scored, within_target: int) -> dict:
     """The plain INT8 model as a search step: its value of the task's metric, the drop and its interval."""
     drop, low, high = plain_drop(int8_metrics, family)
-    return {family.key(name): int8_metrics[family.key(name)] for name in ("map50_95", "map50")} | {
-        family.key("map50_95_drop"): drop, "drop_ci_low": low, "drop_ci_high": high, "within_target": within_target,
+    return {key: int8_metrics[key] for key in (family.main.key, family.second.key)} | {
+        family.main.stat("drop"): drop, "drop_ci_low": low, "drop_ci_high": high, "within_target": within_target,
         "fails": ""}
 
 
 def plain_drop(int8_metrics: dict, family: Scored) -> tuple[float, float, float]:
-    """The plain INT8 model's drop of one family's mAP50-95 and its interval."""
-    return tuple(int8_metrics[family.key(name)] for name in
-                 ("map50_95_drop", "map50_95_drop_ci_low", "map50_95_drop_ci_high"))
+    """The plain INT8 model's drop of one family's main metric and its interval."""
+    return tuple(int8_metrics[family.main.stat(name)] for name in ("drop", "drop_ci_low", "drop_ci_high"))
 
 
 def aimed_family(task: TaskMetrics, int8_metrics: dict, params: Params) -> Scored:
@@ -82,7 +81,8 @@ class Search:
         self.record, self.detections, self.executor = record, detections, executor
         self.val = val_images(params, record)  # read and validated once, not per evaluation
         self.family = family
-        task = task_for(record).metrics
+        self.task = task_for(record)
+        task = self.task.metrics
         self.own = task.primary  # the at-threshold and shift gates judge the task's own metric
         self.start = plain_int8(int8_metrics, self.family, within_target=0) | {
             "fails": "; ".join(plain_failures(params, task, int8_metrics))}
@@ -108,7 +108,7 @@ class Search:
             self.prices = self.price(chosen)
         if not best["within_target"]:
             log.warning("autofix: %d evaluations spent without reaching the target; best drop %.4f",
-                        len(self.steps), best[self.family.key("map50_95_drop")])
+                        len(self.steps), best[self.family.main.stat("drop")])
             return chosen, best
         chosen, best = self._prune(chosen, best)
         return chosen, self._under_shifts(chosen, best)
@@ -188,30 +188,30 @@ class Search:
 
     def evaluate(self, selected: list[int], tried: str) -> dict:
         """Real mAP of the INT8 model with `selected` groups in float (compiled as a true mixed-precision model)."""
-        chosen, p, key = set(selected), self.params, self.family.key
+        chosen, p, main, second = set(selected), self.params, self.family.main, self.family.second
         model = runtime_for(p).revert(self.int8, self.fp32, self.groups, chosen)
         result = evaluate_model(p, model, self.record, self.executor, self.val)
         if self.scorer is None:
-            self.scorer = PairedScorer(result.ground_truth, p.int8_eval.bootstrap_samples, p.int8_eval.seed,
-                                       self.family.iou_type)
+            self.scorer = self.task.scorer(self.family, result.ground_truth, p.int8_eval.bootstrap_samples,
+                                           p.int8_eval.seed)
             self.fp32_scores = self.scorer.scores(self.detections[0])[0]
             self.current_scores = self.scorer.scores(self.detections[1])[0]
-            self.at_conf = AtConf(p, self.own, result.ground_truth, self.detections[0], self.scorer.weights)
+            self.at_conf = AtConf(p, self.task, self.own, result.ground_truth, self.detections[0], self.scorer.weights)
         self.last_scores = self.scorer.scores(result.detections)[0]
         drop = difference(self.fp32_scores, self.last_scores, p.int8_eval.ci_level)
         gain = difference(self.last_scores, self.current_scores, p.autofix.ci_level)
         at_conf = self.at_conf.drops(result.detections) if self.checks else {}
         failed = failures(p, self.checks, at_conf)
         step = {"evaluation": len(self.steps) + 1, "tried": tried, "groups_float": len(chosen),
-                "ops_float": len(ignored_names(self.groups, chosen)), key("map50_95"): round(result.value(key()), 5),
-                key("map50"): round(result.value(key("map50")), 5), key("map50_95_drop"): round(drop.point, 5),
+                "ops_float": len(ignored_names(self.groups, chosen)), main.key: round(result.value(main.key), 5),
+                second.key: round(result.value(second.key), 5), main.stat("drop"): round(drop.point, 5),
                 "drop_ci_low": round(drop.low, 5), "drop_ci_high": round(drop.high, 5),
                 "gain": round(gain.point, 5), "gain_ci_low": round(gain.low, 5), "gain_ci_high": round(gain.high, 5),
                 **{f"{check.key}_drop": round(at_conf[check.key].point, 5) for check in self.checks},
                 "within_target": int(meets_target(p, drop.point, drop.low, drop.high) and not failed),
                 "fails": "; ".join(failed), "kept": 0, "images_per_second": round(result.images_per_second, 1)}
         log.info("autofix step %d (%s): %d groups float (%d ops): %s %.4f, drop %s, gain %s",
-                 step["evaluation"], tried, len(chosen), step["ops_float"], self.family.title(),
-                 result.value(key()), drop.text(), gain.text())
+                 step["evaluation"], tried, len(chosen), step["ops_float"], main.title,
+                 result.value(main.key), drop.text(), gain.text())
         self.steps.append(step)
         return step

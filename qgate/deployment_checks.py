@@ -1,6 +1,6 @@
 """The deployment gates measured on a candidate INT8 model as `make gate` judges them: recall and F1 at the shipped
-threshold, and mAP50-95 under each shift at its worst severity. autofix's float scope and tune's config are fixes
-only when they pass these too, not the clean drop alone."""
+threshold, and the task's own metric under each shift at its worst severity. autofix's float scope and tune's
+config are fixes only when they pass these too, not the clean drop alone."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qgate.cocoeval import matched
-from qgate.intervals import Interval, PairedDrop, paired_drop
+from qgate.intervals import Interval, PairedDrop
 from qgate.operating_point import Found, at_threshold, int8_conf
 from qgate.params import Params
 from qgate.pipeline import evaluate_model
 from qgate.shifts import Shift
 from qgate.task_metrics import Scored
+from qgate.tasks import Detect, task_for
 from qgate.verdicts import decide
 
 
@@ -41,7 +41,7 @@ def shift_checks(params: Params, family: Scored) -> list[Check]:
     limit = params.gates.max_shift_map50_95_drop
     if limit is None:
         return []
-    return [Check(f"shift_{name}", f"{family.title()} under {name.replace('_', ' ')}", limit,
+    return [Check(f"shift_{name}", f"{family.main.title} under {name.replace('_', ' ')}", limit,
                   "gates.max_shift_map50_95_drop") for name in params.robustness.shifts]
 
 
@@ -63,9 +63,10 @@ class AtConf:
     """Recall and F1 drops at the deployed threshold of any candidate's detections against FP32's, on one split,
     paired under the same image resamples (`weights`, row 0 every image once) as int8_eval measures them."""
 
-    def __init__(self, params: Params, family: Scored, ground_truth: dict, fp32_detections: list[dict],
+    def __init__(self, params: Params, task: Detect, family: Scored, ground_truth: dict, fp32_detections: list[dict],
                  weights: np.ndarray):
-        self.params, self.family, self.ground_truth, self.weights = params, family, ground_truth, weights
+        self.params, self.task, self.family, self.ground_truth = params, task, family, ground_truth
+        self.weights = weights
         images = len(ground_truth["images"])
         self.fp32 = self._found(fp32_detections, np.zeros(images, dtype=np.int64))
 
@@ -79,23 +80,22 @@ class AtConf:
     def _found(self, detections: list[dict], objects: np.ndarray) -> Found:
         """The detections matched at IoU 0.5; a model that found nothing has recall 0 of FP32's counted `objects`."""
         images = len(self.ground_truth["images"])
-        if not detections or not self.ground_truth["annotations"]:
-            return Found.nothing(images, objects)
-        return Found.of(matched(self.ground_truth, detections, self.family.iou_type), images)
+        evaluator = self.task.matched(self.family, self.ground_truth, detections)
+        return Found.nothing(images, objects) if evaluator is None else Found.of(evaluator, images)
 
 
-def worst_shift_drop(params: Params, family: Scored, evaluated: dict) -> tuple[Shift, PairedDrop, dict]:
+def worst_shift_drop(params: Params, task: Detect, family: Scored, evaluated: dict) -> tuple[Shift, PairedDrop, dict]:
     """Of one shift's severities (`evaluated`: Shift -> (FP32, candidate) evaluations), the one with the largest
-    drop of `family`'s mAP50-95, its paired interval (`robustness.bootstrap_samples` at int8_eval's level and seed),
+    drop of `family`'s main metric, its paired interval (`robustness.bootstrap_samples` at int8_eval's level and seed),
     and every severity's (FP32, candidate) point values: what the shift gate judges."""
     cfg = params.int8_eval
-    points = {shift: (fp32.value(family.key("map50_95")), int8.value(family.key("map50_95")))
+    points = {shift: (fp32.value(family.main.key), int8.value(family.main.key))
               for shift, (fp32, int8) in evaluated.items()}
     worst = max(points, key=lambda shift: points[shift][0] - points[shift][1])
     fp32, int8 = evaluated[worst]
-    paired = paired_drop(fp32.ground_truth, fp32.detections, int8.detections, params.robustness.bootstrap_samples,
-                         cfg.ci_level, cfg.seed, (*points[worst], fp32.value(family.key("map50")),
-                                                  int8.value(family.key("map50"))), family.iou_type)
+    paired = task.paired(family, fp32.ground_truth, fp32.detections, int8.detections,
+                         params.robustness.bootstrap_samples, cfg.ci_level, cfg.seed,
+                         (*points[worst], fp32.value(family.second.key), int8.value(family.second.key)))
     return worst, paired, points
 
 
@@ -105,7 +105,7 @@ class ShiftDrops:
 
     def __init__(self, params: Params, record: dict, val: tuple, executor, fp32, family: Scored):
         self.params, self.record, self.val, self.executor = params, record, val, executor
-        self.fp32_model, self.family = fp32, family
+        self.fp32_model, self.task, self.family = fp32, task_for(record), family
         self.shifts = [Shift(name, severity, params.robustness.seed) for name in params.robustness.shifts
                        for severity in params.robustness.severities]
         self.fp32: dict[Shift, object] = {}
@@ -122,7 +122,7 @@ class ShiftDrops:
                                                                  self.executor, self.val, shift))
         out = {}
         for name in self.params.robustness.shifts:
-            _, paired, _ = worst_shift_drop(self.params, self.family,
+            _, paired, _ = worst_shift_drop(self.params, self.task, self.family,
                                             {s: pair for s, pair in evaluated.items() if s.name == name})
-            out[f"shift_{name}"] = paired.map50_95_drop
+            out[f"shift_{name}"] = paired.drop
         return out

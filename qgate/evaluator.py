@@ -1,4 +1,4 @@
-"""A model on its runtime + image list -> detections (Ultralytics-identical pre/post-processing) -> pycocotools mAP.
+"""A model on its runtime + image list -> detections (Ultralytics-identical pre/post-processing) -> the task's metrics.
 
 Prediction is a job (`qgate.compute`): shards of images in, detections out, run by whichever executor.
 """
@@ -16,7 +16,6 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from qgate.cocoeval import coco_map
 from qgate.compute import Job, LocalExecutor
 from qgate.errors import QgateError
 from qgate.heads import Postprocess
@@ -27,22 +26,20 @@ PAD_VALUE = 114
 
 @dataclass
 class Evaluation:
-    """mAP summary, per-class AP and the COCO-format detections of one evaluation run."""
+    """The task's metrics, per class, and the COCO-format detections of one evaluation run."""
 
-    map50_95: float
-    map50: float
+    metrics: dict[str, float]  # every scored family's main and second metric, by key (`map50_95`, `mask_map50`)
     images: int
     instances: int
     seconds: float
     per_class: list[dict] = field(default_factory=list)
     detections: list[dict] = field(default_factory=list)
-    task_metrics: dict = field(default_factory=dict)  # beyond boxes: the task's own (`mask_map50_95`, ...)
     ground_truth: dict = field(default_factory=dict)
     precision: str = ""  # the precision the workers ran (comma-separated if they differed)
 
     def value(self, key: str) -> float:
-        """A metric by its key: `map50_95` and `map50` (boxes) or one of the task's own (`mask_map50_95`)."""
-        return {"map50_95": self.map50_95, "map50": self.map50}.get(key, self.task_metrics.get(key))
+        """A metric by its key (`map50_95`, `mask_map50_95`); KeyError names a key the task does not score."""
+        return self.metrics[key]
 
     @property
     def images_per_second(self) -> float:
@@ -218,17 +215,10 @@ def evaluate(runtime, model, images: list[Path], names: tuple[str, ...], imgsz: 
 
 def score(images: list[Path], names: tuple[str, ...], per_image: list[list[dict]], shapes: list[tuple[int, int]],
           seconds: float, precisions: list[str], task=Detect()) -> Evaluation:
-    """Score `predict`'s detections against the images' labels with pycocotools (on the driver, once)."""
+    """Score `predict`'s detections against the images' labels as the task does (on the driver, once)."""
     ground_truth = task.ground_truth(images, shapes, names)
     detections = [d for image_detections in per_image for d in image_detections]
-    map50_95, map50, per_class = coco_map(ground_truth, detections)
-    task_metrics = {}
-    for family in task.metrics.scored[1:]:  # boxes above; then masks, keypoints
-        task_map50_95, task_map50, task_classes = coco_map(ground_truth, detections, family.iou_type)
-        task_metrics |= {family.key("map50_95"): task_map50_95, family.key("map50"): task_map50}
-        for row, task_row in zip(per_class, task_classes):
-            row |= {family.key("map50_95"): task_row["map50_95"], family.key("map50"): task_row["map50"]}
-    return Evaluation(map50_95=map50_95, map50=map50, images=len(images),
-                      instances=len(ground_truth["annotations"]), seconds=seconds, per_class=per_class,
-                      detections=detections, ground_truth=ground_truth, precision=",".join(sorted(set(precisions))),
-                      task_metrics=task_metrics)
+    metrics, per_class = task.score(ground_truth, detections)
+    return Evaluation(metrics=metrics, images=len(images), instances=len(ground_truth["annotations"]),
+                      seconds=seconds, per_class=per_class, detections=detections, ground_truth=ground_truth,
+                      precision=",".join(sorted(set(precisions))))

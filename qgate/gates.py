@@ -175,24 +175,25 @@ def gates(params: Params) -> list[Gate]:
     task = recorded(params.export.record)
     own = task.primary
     return [
-        *(Gate(f"accuracy_{f.key('map50_95_drop')}", f.key("map50_95_drop"),
-               getattr(g, f"max_{f.key('map50_95_drop')}"), "<=", _reader(_map_drop, f),
-               f"{f.title()} drop, FP32 - INT8") for f in task.scored),
-        Gate(f"accuracy_{own.key('map50_95_drop_rel')}", own.key("map50_95_drop_rel"), g.max_map50_95_drop_rel, "<=",
-             _reader(_map_drop_rel, own), f"{own.title()} drop / FP32 {own.title()}"),
-        Gate(f"accuracy_int8_{own.key()}_floor", f"int8 {own.key()}", g.min_int8_map50_95, ">=",
-             _reader(_map_floor, own), f"INT8 {own.title()}"),
+        *(Gate(f"accuracy_{f.main.stat('drop')}", f.main.stat("drop"), g.max_drop[f.main.key], "<=",
+               _reader(_map_drop, f), f"{f.main.title} drop, FP32 - INT8") for f in task.scored),
+        Gate(f"accuracy_{own.main.stat('drop_rel')}", own.main.stat("drop_rel"), g.max_map50_95_drop_rel, "<=",
+             _reader(_map_drop_rel, own), f"{own.main.title} drop / FP32 {own.main.title}"),
+        Gate(f"accuracy_int8_{own.main.key}_floor", f"int8 {own.main.key}", g.min_int8_map50_95,
+             ">=" if own.main.higher_is_better else "<=",
+             _reader(_map_floor, own), f"INT8 {own.main.title}"),
         Gate("accuracy_per_class_drop" if own.is_box else f"accuracy_per_class_{own.label}_drop",
-             f"worst class {own.key()} drop", g.max_class_map50_95_drop, "<=", _reader(_class_drop, own),
-             f"worst class's {own.title()} drop"),
+             f"worst class {own.main.key} drop", g.max_class_map50_95_drop, "<=", _reader(_class_drop, own),
+             f"worst class's {own.main.title} drop"),
         *(Gate(f"accuracy_{own.key(f'{rate}_at_conf_drop')}", own.key(f"{rate}_at_conf_drop"), limit, "<=",
                _reader(_at_conf_drop, own, rate), f"{own.title(title)} at deploy.conf drop, FP32 - INT8")
           for rate, title, limit in (("recall", "recall", g.max_recall_drop), ("f1", "F1", g.max_f1_drop))),
         Gate(f"accuracy_{own.key('small_map50_95_drop')}", own.key("small_map50_95_drop"), g.max_small_map50_95_drop,
-             "<=", _reader(_small_drop, own), f"{own.title()} drop on small objects"),
-        *(Gate(f"accuracy_shift_{name}_{own.key('map50_95_drop')}", f"{name} {own.key('map50_95_drop')}",
+             "<=", _reader(_small_drop, own), f"{own.main.title} drop on small objects"),
+        *(Gate(f"accuracy_shift_{name}_{own.main.stat('drop')}", f"{name} {own.main.stat('drop')}",
                g.max_shift_map50_95_drop, "<=", _reader(_shift_drop, own, name),
-               f"{own.title()} drop under {name.replace('_', ' ')}, FP32 - INT8") for name in params.robustness.shifts),
+               f"{own.main.title} drop under {name.replace('_', ' ')}, FP32 - INT8")
+          for name in params.robustness.shifts),
         Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, "<=", _latency, "INT8 median latency, ms"),
         Gate("speed_speedup", "speedup_fps", g.min_speedup, ">=", _speedup, "INT8 / FP32 throughput, x"),
         Gate("drift_detection_error", "detection_error", g.max_detection_error, "<=", _detection_error,
@@ -311,10 +312,11 @@ def _clipping_hint(m: Metrics) -> str:
 def autofix_family(m: Metrics) -> Scored:
     """The metric family autofix aimed at (recorded in its metrics: the gated one the plain INT8 missed most)."""
     task, aimed = recorded(m.params.export.record), m.value(m.params.autofix.metrics, "aimed_at")
-    if aimed not in {f.iou_type for f in task.scored}:
+    family = task.family(aimed)
+    if family is None:
         raise MetricsUnavailable(f"{m.params.autofix.metrics}: 'aimed_at' is {aimed!r}, not one of the "
                                  f"{task.name} task's metrics; re-run {m.rerun(m.params.autofix.metrics)}")
-    return task.family(aimed)
+    return family
 
 
 def _autofix_hint(m: Metrics) -> str:
@@ -322,11 +324,11 @@ def _autofix_hint(m: Metrics) -> str:
     cfg = m.params.autofix
     try:
         own = autofix_family(m)
-        aim = "" if not own.named else f" (on {own.title()})"  # a gate's hint must say which metric autofix fixed
+        aim = "" if not own.named else f" (on {own.main.title})"  # a gate's hint must say which metric autofix fixed
         if not m.value(cfg.metrics, "needed"):
             return (f". autofix found the drop within autofix.target_drop {cfg.target_drop}{aim} and suggests "
                     "nothing: lower autofix.target_drop to below this gate's limit")
-        fixed_drop = m.number(cfg.metrics, f"fixed_{own.key('map50_95_drop')}")
+        fixed_drop = m.number(cfg.metrics, f"fixed_{own.main.stat('drop')}")
         evaluations = m.value(cfg.metrics, "evaluations")
         fails = m.value(cfg.metrics, "fails")
         if not m.value(cfg.metrics, "reached") and fails:
@@ -341,8 +343,8 @@ def _autofix_hint(m: Metrics) -> str:
         block = m.read(cfg.scope)
     except MetricsUnavailable as exc:
         return f". (no autofix suggestion: {exc})"
-    return (f". Suggested fix: {m.value(cfg.metrics, 'ops_float_added')} more ops in float give {own.title()} "
-            f"{m.number(cfg.metrics, f'fixed_{own.key()}'):.4f} (drop {fixed_drop:.4f}, {evaluations} evaluations). "
+    return (f". Suggested fix: {m.value(cfg.metrics, 'ops_float_added')} more ops in float give {own.main.title} "
+            f"{m.number(cfg.metrics, f'fixed_{own.main.key}'):.4f} (drop {fixed_drop:.4f}, {evaluations} evaluations). "
             f"Paste this under `quantize:` in params.yaml (also in {cfg.scope}):\n{block}")
 
 
@@ -404,29 +406,29 @@ def _reader(read: Callable, family: Scored, *args) -> Callable[["Metrics", Any],
 
 def _map_drop(m: Metrics, limit: float, family: Scored) -> Reading:
     path = m.params.int8_eval.metrics
-    caveat = _resolution(m, m.number(path, family.key("map50_95_drop_resolution")), limit,
-                         f"{family.title()} drops")
-    return _with_interval(m, path, family.key("map50_95_drop"), _accuracy_hint(m), caveat)
+    caveat = _resolution(m, m.number(path, family.main.stat("drop_resolution")), limit,
+                         f"{family.main.title} drops")
+    return _with_interval(m, path, family.main.stat("drop"), _accuracy_hint(m), caveat)
 
 
 def _map_drop_rel(m: Metrics, limit: float, family: Scored) -> Reading:
-    path, key = m.params.int8_eval.metrics, family.key("map50_95_drop_rel")
+    path, key = m.params.int8_eval.metrics, family.main.stat("drop_rel")
     half = (m.number(path, f"{key}_ci_high") - m.number(path, f"{key}_ci_low")) / 2
     return _with_interval(m, path, key, _accuracy_hint(m), _resolution(m, half, limit, "relative drops"))
 
 
 def _map_floor(m: Metrics, limit: float, family: Scored) -> Reading:
     path = m.params.int8_eval.metrics
-    baseline = m.number(m.params.baseline.metrics, family.key())
-    hint = f"FP32 {family.title()} is {baseline:.4f}" + (
+    baseline = m.number(m.params.baseline.metrics, family.main.key)
+    hint = f"FP32 {family.main.title} is {baseline:.4f}" + (
         ": the FP32 model is already below the floor (train longer or lower the floor)" if baseline < limit
         else f"; {_accuracy_hint(m)}")
-    return _with_interval(m, path, family.key(), hint)
+    return _with_interval(m, path, family.main.key, hint)
 
 
 def _class_drop(m: Metrics, limit: float, family: Scored) -> Reading:
-    fp32 = _per_class(m, m.params.baseline.per_class, m.params.baseline.metrics, family.key())
-    int8 = _per_class(m, m.params.int8_eval.per_class, m.params.int8_eval.metrics, family.key())
+    fp32 = _per_class(m, m.params.baseline.per_class, m.params.baseline.metrics, family.main.key)
+    int8 = _per_class(m, m.params.int8_eval.per_class, m.params.int8_eval.metrics, family.main.key)
     if fp32.keys() != int8.keys():
         raise MetricsUnavailable(f"{m.params.baseline.per_class} and {m.params.int8_eval.per_class} list different "
                                  f"classes; re-run {m.rerun(m.params.int8_eval.per_class)}")
@@ -497,7 +499,7 @@ def _small_drop(m: Metrics, limit: float, family: Scored) -> Reading:
     objects = m.value(path, f"{family.prefix}small_objects")
     if not objects:
         raise MetricsUnavailable(f"{path}: no small object in the '{m.params.baseline.split}' split "
-                                 f"({family.title()} has no small range, or none is under 32x32 pixels): set "
+                                 f"({family.main.title} has no small range, or none is under 32x32 pixels): set "
                                  "gates.max_small_map50_95_drop to null")
     caveat = (f"{objects} small objects; FP32 {m.number(path, f'baseline_{key}'):.4f}, INT8 "
               f"{m.number(path, key):.4f}")
@@ -509,7 +511,7 @@ def _shift_drop(m: Metrics, limit: float, family: Scored, name: str) -> Reading:
     path = m.params.robustness.metrics
     severity = int(m.number(path, f"{shift_key(family, name)}_drop_severity"))
     key = shift_key(family, f"{name}_{severity}")
-    clean = m.number(m.params.int8_eval.metrics, family.key("map50_95_drop"))
+    clean = m.number(m.params.int8_eval.metrics, family.main.stat("drop"))
     caveat = (f"the worst of severities {', '.join(map(str, m.params.robustness.severities))}: at {severity}, FP32 "
               f"{m.number(path, f'baseline_{key}'):.4f}, INT8 {m.number(path, key):.4f}; on clean images the drop "
               f"is {clean:.4f}")

@@ -221,13 +221,14 @@ def _first_reached(recall: np.ndarray, envelope: np.ndarray, rec_thresholds: np.
 
 @dataclass(frozen=True)
 class PairedDrop:
-    """FP32 and INT8 mAP and their drop, each with a paired bootstrap interval over the same image resamples."""
+    """A family's main metric for FP32 and INT8, its absolute and relative drop and its second metric's drop
+    (mAP50-95, and mAP50 beside it), each with a paired bootstrap interval over the same image resamples."""
 
-    fp32_map50_95: Interval
-    int8_map50_95: Interval
-    map50_95_drop: Interval
-    map50_95_drop_rel: Interval
-    map50_drop: Interval
+    fp32: Interval
+    int8: Interval
+    drop: Interval
+    drop_rel: Interval
+    second_drop: Interval
     samples: int
 
 
@@ -271,10 +272,10 @@ def paired_drop(ground_truth: dict, reference: list[dict], candidate: list[dict]
     ref_point, cand_point, ref50_point, cand50_point = points or (ref_map[0], cand_map[0], ref_map50[0],
                                                                    cand_map50[0])
     return PairedDrop(
-        fp32_map50_95=interval(ref_point, ref_map[1:], level),
-        int8_map50_95=interval(cand_point, cand_map[1:], level),
-        map50_95_drop=interval(ref_point - cand_point, ref_map[1:] - cand_map[1:], level),
-        map50_95_drop_rel=interval((ref_point - cand_point) / (ref_point or 1.0),
-                                   (ref_map[1:] - cand_map[1:]) / np.where(ref_map[1:] > 0, ref_map[1:], 1.0), level),
-        map50_drop=interval(ref50_point - cand50_point, ref_map50[1:] - cand_map50[1:], level),
+        fp32=interval(ref_point, ref_map[1:], level),
+        int8=interval(cand_point, cand_map[1:], level),
+        drop=interval(ref_point - cand_point, ref_map[1:] - cand_map[1:], level),
+        drop_rel=interval((ref_point - cand_point) / (ref_point or 1.0),
+                          (ref_map[1:] - cand_map[1:]) / np.where(ref_map[1:] > 0, ref_map[1:], 1.0), level),
+        second_drop=interval(ref50_point - cand50_point, ref_map50[1:] - cand_map50[1:], level),
         samples=samples)

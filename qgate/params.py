@@ -308,6 +308,12 @@ class GatesParams:
     report_md = "reports/report.md"
     report_html = "reports/report.html"
 
+    @property
+    def max_drop(self) -> dict[str, float]:
+        """Each scored metric's drop limit, by the metric's key: the one mapping gates, tune and its page read."""
+        return {"map50_95": self.max_map50_95_drop, "mask_map50_95": self.max_mask_map50_95_drop,
+                "pose_map50_95": self.max_pose_map50_95_drop}
+
 
 @dataclass(frozen=True)
 class PromoteParams:

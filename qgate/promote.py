@@ -102,16 +102,16 @@ def verdict_fields(params: Params, m: Metrics, verdicts: list[Verdict], head: st
     fixed = bool(m.value(fix, "needed"))
     ci = m.number(p.int8_eval.metrics, "ci_level")
     # the task's own metric (box mAP, a segment model's mask mAP); for autofix's IR, the one it aimed at
-    key = (autofix_family(m) if fixed else recorded(p.export.record).primary).key
+    main = (autofix_family(m) if fixed else recorded(p.export.record).primary).main
     if fixed:  # the shipped IR is autofix's: its own mAP and drop interval, and its benchmark
-        int8_map, drop = m.number(fix, f"fixed_{key()}"), m.number(fix, f"fixed_{key('map50_95_drop')}")
-        low = m.number(fix, f"fixed_{key('map50_95_drop')}_ci_low")
-        high = m.number(fix, f"fixed_{key('map50_95_drop')}_ci_high")
+        int8_map, drop = m.number(fix, f"fixed_{main.key}"), m.number(fix, f"fixed_{main.stat('drop')}")
+        low = m.number(fix, f"fixed_{main.stat('drop')}_ci_low")
+        high = m.number(fix, f"fixed_{main.stat('drop')}_ci_high")
         speed = f"{m.number(p.benchmark.metrics, 'fixed_speedup_fps'):.3f}"
     else:
-        int8_map, drop = m.number(p.int8_eval.metrics, key()), m.number(p.int8_eval.metrics, key("map50_95_drop"))
-        low = m.number(p.int8_eval.metrics, key("map50_95_drop_ci_low"))
-        high = m.number(p.int8_eval.metrics, key("map50_95_drop_ci_high"))
+        int8_map, drop = m.number(p.int8_eval.metrics, main.key), m.number(p.int8_eval.metrics, main.stat("drop"))
+        low = m.number(p.int8_eval.metrics, main.stat("drop_ci_low"))
+        high = m.number(p.int8_eval.metrics, main.stat("drop_ci_high"))
         bench = p.benchmark.metrics
         speed = (f"{m.number(bench, 'speedup_fps'):.3f} [{m.number(bench, 'speedup_fps_ci_low'):.3f}, "
                  f"{m.number(bench, 'speedup_fps_ci_high'):.3f}] ({ci:.0%})")
@@ -122,8 +122,8 @@ def verdict_fields(params: Params, m: Metrics, verdicts: list[Verdict], head: st
         "commit": head, "path": str(fixed_model(params).parent), "ir": "autofix" if fixed else "plain INT8",
         "ir_sha256": m.value(fix, "fixed_ir_bin_sha256"), "model_sha256": m.value(p.export.record, "model_sha256"),
         "weights": p.model.weights, "imgsz": str(p.model.imgsz),
-        f"{key()}_fp32": f"{m.number(p.baseline.metrics, key()):.4f}", f"{key()}_int8": f"{int8_map:.4f}",
-        key("map50_95_drop"): f"{drop:.4f} [{low:.4f}, {high:.4f}] ({ci:.0%})", "speedup_fps": speed,
+        f"{main.key}_fp32": f"{m.number(p.baseline.metrics, main.key):.4f}", f"{main.key}_int8": f"{int8_map:.4f}",
+        main.stat("drop"): f"{drop:.4f} [{low:.4f}, {high:.4f}] ({ci:.0%})", "speedup_fps": speed,
     }
 
 

@@ -101,7 +101,8 @@ def _results(m: Metrics) -> Section:
     p = m.params
     base, int8, bench = p.baseline.metrics, p.int8_eval.metrics, p.benchmark.metrics
     task = recorded(p.export.record)
-    keys = [f.key(name) for f in reversed(task.scored) for name in ("map50_95", "map50")]  # the task's own first
+    metrics = [metric for f in reversed(task.scored) for metric in (f.main, f.second)]  # the task's own first
+    keys = [metric.key for metric in metrics]
     rows = [["FP32", _num(_get(m, base, "inference_precision")), *(_num(_get(m, base, k)) for k in keys),
              _num(_get(m, bench, "fp32_latency_ms"), 2), _num(_get(m, bench, "fp32_fps"), 1),
              _num(_get(m, bench, "fp32_size_mb"), 2)]]
@@ -118,15 +119,14 @@ def _results(m: Metrics) -> Section:
         aimed = _aimed(m)
         rows.append([f"INT8 fixed (autofix: {_num(_get(m, fix, 'ops_float_added'))} more ops float)",
                      f"int8 + float (at {_num(_get(m, int8, 'inference_precision'))})",
-                     *(_num(_get(m, fix, f"fixed_{f.key(name)}")) if f == aimed else "not measured"
-                       for f in reversed(task.scored) for name in ("map50_95", "map50")),
+                     *(_num(_get(m, fix, f"fixed_{metric.key}")) if metric in (aimed.main, aimed.second)
+                       else "not measured" for metric in metrics),
                      _num(_get(m, bench, "fixed_latency_ms"), 2), _num(_get(m, bench, "fixed_fps"), 1),
                      _num(_get(m, bench, "fixed_size_mb"), 2)])
     lead = " ".join(_accuracy_lead(m, family) for family in reversed(task.scored)) + (
         f" Speed-up **{_num(_get(m, bench, 'speedup_fps'), 2)}x** {_range(m, bench, 'speedup_fps', 2)} on "
         f"{_num(_get(m, bench, 'cpu_model'))} ({_num(_get(m, bench, 'cpu_isa'))}).")
-    titles = [f.title(name) for f in reversed(task.scored) for name in ("mAP50-95", "mAP50")]
-    header = ["model", "precision run", *titles, "latency ms", "FPS", "size MB"]
+    header = ["model", "precision run", *(metric.title for metric in metrics), "latency ms", "FPS", "size MB"]
     return Section("Results", [lead], [(header, rows)])
 
 
@@ -140,10 +140,10 @@ def _aimed(m: Metrics) -> Scored:
 
 def _accuracy_lead(m: Metrics, family) -> str:
     """'INT8 mAP50-95 x [..] against FP32 y [..]: a drop of z [..].' for one metric family."""
-    base, int8, key = m.params.baseline.metrics, m.params.int8_eval.metrics, family.key
-    return (f"INT8 {family.title()} **{_num(_get(m, int8, key()))}** {_range(m, int8, key())} against FP32 "
-            f"**{_num(_get(m, base, key()))}** {_range(m, int8, f'baseline_{key()}')}: a drop of "
-            f"**{_num(_get(m, int8, key('map50_95_drop')))}** {_range(m, int8, key('map50_95_drop'))}.")
+    base, int8, main = m.params.baseline.metrics, m.params.int8_eval.metrics, family.main
+    return (f"INT8 {main.title} **{_num(_get(m, int8, main.key))}** {_range(m, int8, main.key)} against FP32 "
+            f"**{_num(_get(m, base, main.key))}** {_range(m, int8, f'baseline_{main.key}')}: a drop of "
+            f"**{_num(_get(m, int8, main.stat('drop')))}** {_range(m, int8, main.stat('drop'))}.")
 
 
 def _runtimes(m: Metrics) -> list[Section]:
@@ -176,12 +176,12 @@ def _method(m: Metrics) -> Section:
         f"value is what the compiled model reports). {bf16}",
         f"Speed-up INT8/FP32: {_num(_get(m, bench, 'speedup_fps'), 2)}x throughput "
         f"{_range(m, bench, 'speedup_fps', 2)}, {_num(_get(m, bench, 'speedup_latency'), 2)}x latency; "
-        f"{own.title()} drop {_num(_get(m, int8, own.key('map50_95_drop')))} "
-        f"{_range(m, int8, own.key('map50_95_drop'))} ({_pct(_get(m, int8, own.key('map50_95_drop_rel')))} of FP32).",
+        f"{own.main.title} drop {_num(_get(m, int8, own.main.stat('drop')))} "
+        f"{_range(m, int8, own.main.stat('drop'))} ({_pct(_get(m, int8, own.main.stat('drop_rel')))} of FP32).",
         f"Accuracy: pycocotools mAP on {_num(_get(m, base, 'images'))} `{p.baseline.split}` images at "
         f"{p.model.imgsz} px; intervals from {_num(_get(m, int8, 'bootstrap_samples'))} paired bootstrap resamples "
         f"of those images (the same resample for FP32 and INT8): this val set resolves drops of about "
-        f"{_num(_get(m, int8, own.key('map50_95_drop_resolution')))}. Speed: {runtime.timer} on "
+        f"{_num(_get(m, int8, own.main.stat('drop_resolution')))}. Speed: {runtime.timer} on "
         f"**{_num(_get(m, bench, 'cpu_model'))}** ({_num(_get(m, bench, 'cpu_isa'))}: INT8's gain depends on these), "
         f"{p.benchmark.device}, hint "
         f"{p.benchmark.hint}, {_num(_get(m, bench, 'pairs'))} interleaved FP32/INT8 pairs of {p.benchmark.seconds} s, "
@@ -297,10 +297,10 @@ def _autofix(m: Metrics) -> Section:
     if not needed:
         text = [f"The plain INT8 model is within `autofix.target_drop` {p.autofix.target_drop}: nothing to fix."]
     else:
-        text = [f"Quantizer groups tried in float in sensitivity order (+), each kept only if the {own.title()} drop "
-                f"got smaller, until it was within `autofix.target_drop` {p.autofix.target_drop}; then kept groups "
-                "put back to int8 (-) where the drop stayed within. Each evaluation is a real mixed-precision model "
-                f"scored on the whole `{p.baseline.split}` split. Evaluation images/s is the scoring loop's rate "
+        text = [f"Quantizer groups tried in float in sensitivity order (+), each kept only if the {own.main.title} "
+                f"drop got smaller, until it was within `autofix.target_drop` {p.autofix.target_drop}; then kept "
+                "groups put back to int8 (-) where the drop stayed within. Each evaluation is a real mixed-precision "
+                f"model scored on the whole `{p.baseline.split}` split. Evaluation images/s is the scoring loop's rate "
                 "(decode and NMS included), not the speed gate's."]
         fails = _get(m, p.autofix.metrics, "fails")
         if fails:
@@ -312,10 +312,10 @@ def _autofix(m: Metrics) -> Section:
                         f"group back in INT8, {p.autofix.price_rounds} interleaved rounds of "
                         f"{p.autofix.price_seconds:g} s; pruning tried the costliest back first. Above 1: the group "
                         "costs that much speed.")
-    header = ["#", "tried", "groups float", "ops float", own.title(), "drop", "within target", "kept",
+    header = ["#", "tried", "groups float", "ops float", own.main.title, "drop", "within target", "kept",
               "eval images/s"]
-    table = [[s["evaluation"], s.get("tried", ""), s["groups_float"], s["ops_float"], s[own.key()],
-              s[own.key("map50_95_drop")], _yes(s["within_target"]) + (f" (fails {s['fails']})" if s.get("fails")
+    table = [[s["evaluation"], s.get("tried", ""), s["groups_float"], s["ops_float"], s[own.main.key],
+              s[own.main.stat("drop")], _yes(s["within_target"]) + (f" (fails {s['fails']})" if s.get("fails")
                                                                       else ""),
               _yes(s.get("kept")), s["images_per_second"]]
              for s in steps]
@@ -406,9 +406,9 @@ def _shifted(m: Metrics) -> Section:
     except MetricsUnavailable as exc:
         return Section(title, [str(exc)])
     own = recorded(p.export.record).primary
-    rows = [r for r in rows if r["metric"] == own.key("map50_95")]
-    clean = (_get(m, p.baseline.metrics, own.key()), _get(m, p.int8_eval.metrics, own.key()))
-    clean_drop = _num(_get(m, p.int8_eval.metrics, own.key("map50_95_drop")))
+    rows = [r for r in rows if r["metric"] == own.main.key]
+    clean = (_get(m, p.baseline.metrics, own.main.key), _get(m, p.int8_eval.metrics, own.main.key))
+    clean_drop = _num(_get(m, p.int8_eval.metrics, own.main.stat("drop")))
     text = [f"FP32 and INT8 scored on the `{p.baseline.split}` images after each shift of `robustness.shifts` "
             f"(ImageNet-C's formulas, severity 1 mild to 5 severe, seed {p.robustness.seed}): INT8's drop there "
             f"against its drop on the clean images ({clean_drop}). Each shift's gate judges its largest drop, with a "
@@ -418,9 +418,9 @@ def _shifted(m: Metrics) -> Section:
               f"{float(r['drop']):.4f}" + (f" [{float(r['drop_ci_low']):.4f}, {float(r['drop_ci_high']):.4f}] (judged)"
                                           if r["drop_ci_low"] else "")]
              for r in sorted(rows, key=lambda r: -float(r["drop"]))]
-    figures = [_shift_plot(rows, clean, own.title())] if rows and None not in clean else []
-    return Section(title, text, [(["shift", "severity", f"FP32 {own.title()}", f"INT8 {own.title()}", "drop"], table)],
-                   figures)
+    figures = [_shift_plot(rows, clean, own.main.title)] if rows and None not in clean else []
+    header = ["shift", "severity", f"FP32 {own.main.title}", f"INT8 {own.main.title}", "drop"]
+    return Section(title, text, [(header, table)], figures)
 
 
 def _shift_plot(rows: list[dict], clean: tuple[float, float], metric: str) -> tuple[str, str, bytes]:
@@ -469,18 +469,18 @@ def _per_class(m: Metrics) -> Section:
     except MetricsUnavailable as exc:
         return Section("Accuracy per class", [str(exc)])
     own, *others = reversed(recorded(p.export.record).scored)  # the task's own metric first, boxes beside it
-    ranked = classes_by_drop(fp32, int8, own.key())
-    beside = {f: {r["class_name"]: r for r in classes_by_drop(fp32, int8, f.key())} for f in others}
+    ranked = classes_by_drop(fp32, int8, own.main.key)
+    beside = {f: {r["class_name"]: r for r in classes_by_drop(fp32, int8, f.main.key)} for f in others}
     rows = [[r["class_name"], _ap(r["fp32"]), _ap(r["int8"]), _ap(r["drop"]),
              *(_ap(beside[f][r["class_name"]][column]) for f in others for column in ("fp32", "int8", "drop"))]
             for r in ranked]
     absent = sum(r["fp32"] is None for r in ranked)
     measured = [r for r in ranked if r["drop"] is not None]
-    text = [f"Classes sorted by {own.title()} drop, worst first; {absent} of {len(ranked)} classes have no instance "
+    text = [f"Classes sorted by {own.main.title} drop, worst first; {absent} of {len(ranked)} classes have no instance "
             f"in the `{p.baseline.split}` split ({NO_INSTANCES}) and are listed last."] if absent else \
-        [f"Classes sorted by {own.title()} drop, worst first."]
+        [f"Classes sorted by {own.main.title} drop, worst first."]
     figures = [_class_plot(measured[:PLOTTED_CLASSES], len(measured))] if measured else []
-    header = ["class", *(f"{model} {f.title()}" if model else f"{f.title()} drop" for f in (own, *others)
+    header = ["class", *(f"{model} {f.main.title}" if model else f"{f.main.title} drop" for f in (own, *others)
                          for model in ("FP32", "INT8", ""))]
     if not others:
         header[3] = "drop"

@@ -1,4 +1,5 @@
-"""What a model's outputs mean, per Ultralytics task: which outputs it reads, decode, ground truth, scoring, match.
+"""What a model's outputs mean, per Ultralytics task: which outputs it reads, decode, ground truth, scoring with
+paired resampling, match.
 
 Stages and gates ask the task the export record names (`task_for`), never `if task == ...`: everything
 that knows whether a prediction is a box, a mask or a set of keypoints lives in one class per task.
@@ -11,14 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
+from qgate.cocoeval import coco_map, matched
 from qgate.compare import match
 from qgate import keypoints
 from qgate.dataset import (coco_ground_truth, coco_keypoint_truth, coco_segment_truth, kpt_oks_sigmas, read_keypoints,
                            read_labels, read_segments)
 from qgate.errors import QgateError
 from qgate.heads import HEADS, Postprocess, RawHead
+from qgate.intervals import PairedDrop, PairedScorer, paired_drop
 from qgate.masks import grid_masks, instance_masks, mask_iou, paired_mask_iou, rle
-from qgate.task_metrics import TASK_METRICS
+from qgate.task_metrics import TASK_METRICS, Scored
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,39 @@ class Detect:
     def ground_truth(self, images: list[Path], shapes: list[tuple[int, int]], names: tuple[str, ...]) -> dict:
         """COCO instances of `images` (ids 0..n-1) from their YOLO label files."""
         return coco_ground_truth(images, shapes, names)
+
+    def score(self, ground_truth: dict, detections: list[dict]) -> tuple[dict[str, float], list[dict]]:
+        """Every scored family's `main` and `second` metric (pycocotools' own numbers) by key, boxes first, and the
+        same per class, side by side (None: a class without instances)."""
+        metrics: dict[str, float] = {}
+        per_class: list[dict] = []
+        for family in self.metrics.scored:
+            main, second, classes = coco_map(ground_truth, detections, family.iou_type)
+            metrics |= {family.main.key: main, family.second.key: second}
+            rows = [{"class_id": row["class_id"], "class_name": row["class_name"], family.main.key: row["map50_95"],
+                     family.second.key: row["map50"]} for row in classes]
+            per_class = [row | more for row, more in zip(per_class, rows)] if per_class else rows
+        return metrics, per_class
+
+    def matched(self, family: Scored, ground_truth: dict, detections: list[dict], sizes: bool = False):
+        """pycocotools' per-image matching of `detections` in one family (COCO's size ranges too with `sizes`); None
+        for a model that found nothing or images without objects."""
+        if not detections or not ground_truth["annotations"]:
+            return None
+        return matched(ground_truth, detections, family.iou_type, sizes)
+
+    def scorer(self, family: Scored, ground_truth: dict, samples: int, seed: int) -> PairedScorer:
+        """One family's `main` and `second` of any model's detections on these images under the same seeded
+        resamples: differences of two models' scores are paired."""
+        return PairedScorer(ground_truth, samples, seed, family.iou_type)
+
+    def paired(self, family: Scored, ground_truth: dict, reference: list[dict], candidate: list[dict], samples: int,
+               level: float, seed: int, points: tuple[float, float, float, float] | None = None,
+               matches: tuple = (None, None), area: str = "all") -> PairedDrop:
+        """The drop of one family's `main` and `second` from `reference` to `candidate`, each with a paired
+        bootstrap interval; on the objects of one COCO `area` range given both lists' `matched(sizes=True)`."""
+        return paired_drop(ground_truth, reference, candidate, samples, level, seed, points, family.iou_type, matches,
+                           area)
 
     def labels(self, path: Path, num_classes: int) -> list:
         """The instances of one YOLO label file, validated: a bad line raises, naming it and the fix."""

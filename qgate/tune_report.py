@@ -24,11 +24,11 @@ def pareto_rows(params: Params, task, candidates: list[Candidate], first_round: 
     ones: over the rounds they ran, with its interval unless a screen cut to one round left it out) and its drop
     in the task's own metric, the gate's limit, and whether it is on the Pareto front."""
     own = task.metrics.primary
-    limit = getattr(params.gates, f"max_{own.key('map50_95_drop')}")
+    limit = params.gates.max_drop[own.main.key]
     rows = []
     for c in (c for c in candidates if c.name in first_round):
         row = {"candidate": c.name, "status": c.status, "speedup": round(first_round[c.name], 3),
-               **c.drops[own.key()].fields("drop", 5), "limit": limit,
+               **c.drops[own.main.key].fields("drop", 5), "limit": limit,
                "chosen": int(bool(result) and c.name == result.chosen),
                "beaten_by": result.beaten_by.get(c.name, "") if result else ""}
         if result and c.name in result.speedups:
@@ -96,14 +96,14 @@ def _pareto(params: Params, task, rows: list[dict]) -> Section:
     if not rows:
         return Section("Speed-up against drop", ["No candidate was scored: nothing to plot."])
     level = f"{params.benchmark.ci_level:.0%}"
-    text = [f"Every scored candidate: its {own.title()} drop on the images it was scored on (bar: its "
+    text = [f"Every scored candidate: its {own.main.title} drop on the images it was scored on (bar: its "
             f"{params.int8_eval.ci_level:.0%} paired interval) against its speed-up over FP32 from one interleaved "
             f"round of {RUNTIMES[params.deploy.runtime].timer}; a passing candidate's is over every round it ran, with its {level} interval. "
             "The front joins point values; a candidate is preferred only when it is faster beyond that noise, "
             "and passes when the gate would pass it (`gates.inconclusive` decides an interval across the limit)."]
-    fig = pareto_figure(rows, rows[0]["limit"], own.title(), params.benchmark.hint)
+    fig = pareto_figure(rows, rows[0]["limit"], own.main.title, params.benchmark.hint)
     return Section("Speed-up against drop", text,
-                   figures=[figure(fig, f"Speed-up against {own.title()} drop, gate limit dashed")])
+                   figures=[figure(fig, f"Speed-up against {own.main.title} drop, gate limit dashed")])
 
 
 def scope_change(params: Params, settings: dict) -> str:
@@ -119,7 +119,7 @@ def _candidates(params: Params, task, candidates: list[Candidate], rows: list[di
     speed = {r["candidate"]: r for r in rows}
     checks = candidate_checks(params, task.metrics.primary)  # the gates beyond the clean drop
     header = ["candidate", "changed from c0", "status", "images",
-              *(f"{f.title()} drop" for f in task.metrics.scored), *(f"{c.title} drop" for c in checks), "speed-up",
+              *(f"{f.main.title} drop" for f in task.metrics.scored), *(f"{c.title} drop" for c in checks), "speed-up",
               "why"]
     current = candidates[0].settings if candidates else {}
     table = []
@@ -127,7 +127,7 @@ def _candidates(params: Params, task, candidates: list[Candidate], rows: list[di
         changes = [f"{k} {v}" for k, v in c.settings.items() if k != SCOPE_KEY and current.get(k) != v]
         changed = ", ".join(filter(None, [*changes, scope_change(params, c.settings)])) or "-"
         drops = [c.drops[key].text() if key in c.drops else "-"
-                 for key in [*(f.key() for f in task.metrics.scored), *(check.key for check in checks)]]
+                 for key in [*(f.main.key for f in task.metrics.scored), *(check.key for check in checks)]]
         table.append([c.name, changed, c.status, str(c.images or "-"), *drops, _speed(speed.get(c.name)),
                       c.why or "-"])
     return Section("Candidates", ["`reports/tune.csv` holds the same rows with every setting."],

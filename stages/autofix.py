@@ -37,8 +37,8 @@ def main(params: Params) -> dict:
     int8_metrics = read_json(require_output(params.int8_eval.metrics, "int8_eval"))
     task = task_for(record).metrics
     family = aimed_family(task, int8_metrics, params)
-    key = family.key
-    baseline = int8_metrics[f"baseline_{key()}"]
+    main = family.main
+    baseline = int8_metrics[f"baseline_{main.key}"]
     runtime = runtime_for(params)
     start = time.perf_counter()
     drop = plain_drop(int8_metrics, family)
@@ -46,7 +46,7 @@ def main(params: Params) -> dict:
     needed = not meets_target(params, *drop) or bool(failed)
     if not needed:
         log.info("autofix: the plain INT8 model meets autofix.target_drop %.4f (%s drop %.4f [%.4f, %.4f], the "
-                 "largest) and the at-threshold gates; nothing to fix", cfg.target_drop, family.title(), *drop)
+                 "largest) and the at-threshold gates; nothing to fix", cfg.target_drop, family.main.title, *drop)
         _save_copy(runtime, int8_path, Path(cfg.out_dir))
         steps, names = [], []
         best = plain_int8(int8_metrics, family, within_target=1)
@@ -72,16 +72,16 @@ def main(params: Params) -> dict:
         "needed": int(needed),
         "reached": int(best["within_target"]),
         "target_drop": cfg.target_drop,
-        "aimed_at": family.iou_type,
+        "aimed_at": family.name,
         "groups_float": len(chosen) if needed else 0,
         "ops_float_added": len(names),
         "evaluations": len(steps),
         "stopped": search.stopped if needed else "",
-        f"fixed_{key()}": best[key()],
-        f"fixed_{key('map50')}": best[key("map50")],
-        f"fixed_{key('map50_95_drop')}": best[key("map50_95_drop")],
-        f"fixed_{key('map50_95_drop')}_ci_low": best["drop_ci_low"],
-        f"fixed_{key('map50_95_drop')}_ci_high": best["drop_ci_high"],
+        f"fixed_{main.key}": best[main.key],
+        f"fixed_{family.second.key}": best[family.second.key],
+        f"fixed_{main.stat('drop')}": best[main.stat("drop")],
+        f"fixed_{main.stat('drop')}_ci_low": best["drop_ci_low"],
+        f"fixed_{main.stat('drop')}_ci_high": best["drop_ci_high"],
         "fails": best["fails"],  # the deployment gates the suggestion fails, as measured ('' when none)
         **{f"fixed_{check.key}_drop": round(search.shift_drops[check.key].point, 5)
            for check in shift_checks(params, task.primary) if needed and check.key in search.shift_drops},
@@ -136,15 +136,15 @@ def scope_block(params: Params, names: list[str], best: dict, baseline: float, f
         "names": list(dict.fromkeys([*scope.names, *names])), "patterns": list(scope.patterns),
         "types": list(scope.types),
         "subgraphs": [{"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in scope.subgraphs]}}
-    if best[family.key()] is None:
+    if best[family.main.key] is None:
         reached = "autofix evaluated nothing"
     else:
         level = params.int8_eval.ci_level
-        reached = (f"autofix measured {family.title()} {best[family.key()]:.4f} (drop "
-                   f"{best[family.key('map50_95_drop')]:.4f} from FP32 "
+        reached = (f"autofix measured {family.main.title} {best[family.main.key]:.4f} (drop "
+                   f"{best[family.main.stat('drop')]:.4f} from FP32 "
                    f"{baseline:.4f}; {level:.0%} interval [{best['drop_ci_low']:.4f}, {best['drop_ci_high']:.4f}], "
                    f"paired bootstrap over the val images) with {len(names)} more ops in float")
-    clean = best[family.key()] is not None and meets_target(params, best[family.key("map50_95_drop")],
+    clean = best[family.main.key] is not None and meets_target(params, best[family.main.stat("drop")],
                                                             best["drop_ci_low"], best["drop_ci_high"])
     within = "within" if clean else "NOT within"
     how = "judged on its interval, like the gate" if params.gates.confidence is not None else "judged on the point"

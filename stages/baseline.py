@@ -1,4 +1,5 @@
-"""FP32 model + dataset val split -> pycocotools mAP at an explicit inference precision, on the runtime deployed to."""
+"""FP32 model + dataset val split -> the task's metrics (pycocotools mAP) at an explicit inference precision, on the
+runtime deployed to."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def main(params: Params) -> dict:
-    """Evaluate the exported FP32 model; write metrics, per-class AP and the detections."""
+    """Evaluate the exported FP32 model; write its metrics, per class, and the detections."""
     cfg = params.baseline
     for output in (cfg.metrics, cfg.per_class, cfg.detections):
         Path(output).unlink(missing_ok=True)
@@ -26,9 +27,7 @@ def main(params: Params) -> dict:
         result = evaluate_model(params, fp32_model(params), record, executor)
     # no timings here: int8_eval depends on this file, and a wall-clock field would re-run it for nothing
     metrics = {
-        "map50_95": round(result.map50_95, 5),
-        "map50": round(result.map50, 5),
-        **{key: round(value, 5) for key, value in result.task_metrics.items()},  # masks' mAP of a segment model
+        **{key: round(value, 5) for key, value in result.metrics.items()},  # boxes, then masks or keypoints
         "images": result.images,
         "instances": result.instances,
         "detections": len(result.detections),

@@ -42,8 +42,8 @@ def main(params: Params) -> dict:
     metrics = {}
     for family in TASK_METRICS[demo.task].scored:
         scored = getattr(result, ULTRALYTICS_RESULTS[family.iou_type])
-        metrics |= {family.key("map50_95"): round(float(scored.map), 4),
-                    family.key("map50"): round(float(scored.map50), 4)}
+        metrics |= {family.main.key: round(float(scored.map), 4),
+                    family.second.key: round(float(scored.map50), 4)}
     metrics |= {"epochs": demo.epochs, "imgsz": demo.imgsz, "train_seconds": round(train_seconds, 1)}
     write_json(metrics_path, metrics)
     return metrics

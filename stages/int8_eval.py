@@ -12,15 +12,15 @@ from qgate.cli import run_stage
 from qgate.compare import BAD_CASE_COLUMNS, bad_cases
 from qgate.executors import open_executor
 from qgate.errors import QgateError
-from qgate.cocoeval import area_entries, counted_objects, matched
-from qgate.intervals import PairedDrop, PairedScorer, paired_drop
+from qgate.cocoeval import area_entries, counted_objects
+from qgate.intervals import PairedDrop, PairedScorer
 from qgate.io import read_json, write_csv, write_json
 from qgate.operating_point import Found, at_threshold, int8_conf
 from qgate.params import Params
 from qgate.artifacts import export_record, int8_weights_sha256, require_int8_model
 from qgate.pipeline import evaluate_model
 from qgate.task_metrics import BOX, Scored
-from qgate.tasks import task_for
+from qgate.tasks import Detect, task_for
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,8 @@ def main(params: Params) -> dict:
     task = task_for(record)
     log.info("[2/3] int8_eval: %d paired bootstrap resamples of the %d images", cfg.bootstrap_samples, result.images)
     start = time.perf_counter()
-    matches = {family: _matched(result, baseline_detections, family) for family in task.metrics.scored}
-    accuracy = {family: _paired(params, family, baseline, baseline_detections, result, matches[family])
+    matches = {family: _matched(task, result, baseline_detections, family) for family in task.metrics.scored}
+    accuracy = {family: _paired(params, task, family, baseline, baseline_detections, result, matches[family])
                 for family in task.metrics.scored}
     weights = PairedScorer(result.ground_truth, cfg.bootstrap_samples, cfg.seed).weights
     log.info("bootstrap took %.2f s (logged only: autofix depends on the metrics file)", time.perf_counter() - start)
@@ -63,7 +63,7 @@ def main(params: Params) -> dict:
         metrics |= drop_metrics(family, baseline, result) | interval_metrics(accuracy[family], family)
     for family in task.metrics.scored:
         metrics |= _operating_point(params, family, result, matches[family], weights)
-        metrics |= _size_drops(params, family, baseline_detections, result, matches[family])
+        metrics |= _size_drops(params, task, family, baseline_detections, result, matches[family])
     metrics |= {"inference_precision": result.precision, "model_sha256": record["model_sha256"],
                 "int8_ir_bin_sha256": int8_weights_sha256(params)}
     write_json(cfg.detections, result.detections)
@@ -73,22 +73,21 @@ def main(params: Params) -> dict:
     return metrics
 
 
-def _matched(result, reference: list[dict], family: Scored) -> tuple:
+def _matched(task: Detect, result, reference: list[dict], family: Scored) -> tuple:
     """pycocotools' matching of FP32's and INT8's detections, every area range (None for a model that found
     nothing): the mAP intervals, the per-size drops and the operating point all read it."""
-    truth = result.ground_truth
-    return tuple(matched(truth, detections, family.iou_type, sizes=True)
-                 if detections and truth["annotations"] else None for detections in (reference, result.detections))
+    return tuple(task.matched(family, result.ground_truth, detections, sizes=True)
+                 for detections in (reference, result.detections))
 
 
-def _paired(params: Params, family: Scored, baseline: dict, reference: list[dict], result,
+def _paired(params: Params, task: Detect, family: Scored, baseline: dict, reference: list[dict], result,
             matches: tuple) -> PairedDrop:
     """The paired bootstrap of one metric family's drop (boxes, masks), around the full-set values measured."""
     cfg = params.int8_eval
-    points = (baseline[family.key("map50_95")], result.value(family.key("map50_95")), baseline[family.key("map50")],
-              result.value(family.key("map50")))
-    return paired_drop(result.ground_truth, reference, result.detections, cfg.bootstrap_samples, cfg.ci_level,
-                       cfg.seed, points, family.iou_type, matches)
+    points = (baseline[family.main.key], result.value(family.main.key), baseline[family.second.key],
+              result.value(family.second.key))
+    return task.paired(family, result.ground_truth, reference, result.detections, cfg.bootstrap_samples,
+                       cfg.ci_level, cfg.seed, points, matches)
 
 
 def _operating_point(params: Params, family: Scored, result, matches: tuple, weights) -> dict:
@@ -102,7 +101,7 @@ def _operating_point(params: Params, family: Scored, result, matches: tuple, wei
     return point.fields(family.prefix)
 
 
-def _size_drops(params: Params, family: Scored, reference: list[dict], result, matches: tuple) -> dict:
+def _size_drops(params: Params, task: Detect, family: Scored, reference: list[dict], result, matches: tuple) -> dict:
     """mAP50-95 of FP32 and INT8 on the objects of each COCO size range (pycocotools' stats[3:6]), the drop with
     its paired interval, and how many objects the range holds; null values for a range without objects."""
     cfg = params.int8_eval
@@ -119,24 +118,24 @@ def _size_drops(params: Params, family: Scored, reference: list[dict], result, m
         if not objects:
             out |= {key: None, f"baseline_{key}": None, f"{key}_drop": None}
             continue
-        paired = paired_drop(result.ground_truth, reference, result.detections, cfg.bootstrap_samples, cfg.ci_level,
-                             cfg.seed, iou_type=family.iou_type, evaluators=matches, area=area)
-        out |= (paired.int8_map50_95.fields(key, 5) | paired.fp32_map50_95.fields(f"baseline_{key}", 5)
-                | paired.map50_95_drop.fields(f"{key}_drop", 5))
+        paired = task.paired(family, result.ground_truth, reference, result.detections, cfg.bootstrap_samples,
+                             cfg.ci_level, cfg.seed, matches=matches, area=area)
+        out |= (paired.int8.fields(key, 5) | paired.fp32.fields(f"baseline_{key}", 5)
+                | paired.drop.fields(f"{key}_drop", 5))
     return out
 
 
 def drop_metrics(family: Scored, baseline: dict, result) -> dict:
     """INT8's value of one family (`map50_95`, `mask_map50_95`), FP32's, and the absolute and relative drops."""
-    fp32, int8 = baseline[family.key("map50_95")], result.value(family.key("map50_95"))
+    fp32, int8 = baseline[family.main.key], result.value(family.main.key)
     drop = fp32 - int8
     return {
-        family.key("map50_95"): round(int8, 5),
-        family.key("map50"): round(result.value(family.key("map50")), 5),
-        f"baseline_{family.key('map50_95')}": fp32,
-        family.key("map50_95_drop"): round(drop, 5),
-        family.key("map50_95_drop_rel"): round(drop / fp32, 5) if fp32 else 0.0,
-        family.key("map50_drop"): round(baseline[family.key("map50")] - result.value(family.key("map50")), 5),
+        family.main.key: round(int8, 5),
+        family.second.key: round(result.value(family.second.key), 5),
+        f"baseline_{family.main.key}": fp32,
+        family.main.stat("drop"): round(drop, 5),
+        family.main.stat("drop_rel"): round(drop / fp32, 5) if fp32 else 0.0,
+        family.second.stat("drop"): round(baseline[family.second.key] - result.value(family.second.key), 5),
     }
 
 
@@ -145,18 +144,19 @@ def interval_metrics(paired: PairedDrop, family: Scored = BOX) -> dict:
 
     The level and the resample count are written once, with the boxes' intervals.
     """
-    drop, rel, key = paired.map50_95_drop, paired.map50_95_drop_rel, family.key
+    main, second = family.main, family.second
     return {
-        key("map50_95_drop_ci_low"): round(drop.low, 5), key("map50_95_drop_ci_high"): round(drop.high, 5),
-        key("map50_95_drop_rel_ci_low"): round(rel.low, 5), key("map50_95_drop_rel_ci_high"): round(rel.high, 5),
-        key("map50_drop_ci_low"): round(paired.map50_drop.low, 5),
-        key("map50_drop_ci_high"): round(paired.map50_drop.high, 5),
-        key("map50_95_ci_low"): round(paired.int8_map50_95.low, 5),
-        key("map50_95_ci_high"): round(paired.int8_map50_95.high, 5),
-        f"baseline_{key('map50_95')}_ci_low": round(paired.fp32_map50_95.low, 5),
-        f"baseline_{key('map50_95')}_ci_high": round(paired.fp32_map50_95.high, 5),
-        key("map50_95_drop_resolution"): round(drop.half_width, 5),
-        **({"ci_level": drop.level, "bootstrap_samples": paired.samples} if family.is_box else {}),
+        main.stat("drop_ci_low"): round(paired.drop.low, 5), main.stat("drop_ci_high"): round(paired.drop.high, 5),
+        main.stat("drop_rel_ci_low"): round(paired.drop_rel.low, 5),
+        main.stat("drop_rel_ci_high"): round(paired.drop_rel.high, 5),
+        second.stat("drop_ci_low"): round(paired.second_drop.low, 5),
+        second.stat("drop_ci_high"): round(paired.second_drop.high, 5),
+        main.stat("ci_low"): round(paired.int8.low, 5),
+        main.stat("ci_high"): round(paired.int8.high, 5),
+        f"baseline_{main.key}_ci_low": round(paired.fp32.low, 5),
+        f"baseline_{main.key}_ci_high": round(paired.fp32.high, 5),
+        main.stat("drop_resolution"): round(paired.drop.half_width, 5),
+        **({"ci_level": paired.drop.level, "bootstrap_samples": paired.samples} if family.is_box else {}),
     }
 
 

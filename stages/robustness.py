@@ -16,7 +16,7 @@ from qgate.pipeline import evaluate_model, val_images
 from qgate.runtimes import runtime_for
 from qgate.shifts import Shift
 from qgate.task_metrics import Scored, shift_key
-from qgate.tasks import task_for
+from qgate.tasks import Detect, task_for
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def main(params: Params) -> dict:
     rows = []
     for family in task.metrics.scored:
         for name in cfg.shifts:
-            fields, family_rows = _shift_drops(params, family, name, evaluated)
+            fields, family_rows = _shift_drops(params, task, family, name, evaluated)
             metrics |= fields
             rows += family_rows
     log.info("robustness: %d shifted evaluations of both models took %.1f s", len(shifts), time.perf_counter() - start)
@@ -65,17 +65,17 @@ def _compiled(params: Params, executor, paths: tuple[Path, ...]) -> tuple:
     return tuple(runtime.compile(runtime.read(path), params.baseline.inference_precision) for path in paths)
 
 
-def _shift_drops(params: Params, family: Scored, name: str, evaluated: dict) -> tuple[dict, list[dict]]:
+def _shift_drops(params: Params, task: Detect, family: Scored, name: str, evaluated: dict) -> tuple[dict, list[dict]]:
     """One shift's values and drops at each severity, and the judged one: the severity with the largest drop, with
     its paired bootstrap interval (`qgate.deployment_checks.worst_shift_drop`). The other severities are point
     values for the report's plot: intervals are what costs (12 s a model on the demo under noise at severity 3, at
     1000 resamples)."""
-    worst, paired, points = worst_shift_drop(params, family, {s: pair for s, pair in evaluated.items()
-                                                              if s.name == name})
+    worst, paired, points = worst_shift_drop(params, task, family, {s: pair for s, pair in evaluated.items()
+                                                                    if s.name == name})
     key = shift_key(family, worst.label)
-    fields = (paired.int8_map50_95.fields(key, 5) | paired.fp32_map50_95.fields(f"baseline_{key}", 5)
-              | paired.map50_95_drop.fields(f"{key}_drop", 5)
-              | paired.map50_95_drop.fields(f"{shift_key(family, name)}_drop", 5)
+    fields = (paired.int8.fields(key, 5) | paired.fp32.fields(f"baseline_{key}", 5)
+              | paired.drop.fields(f"{key}_drop", 5)
+              | paired.drop.fields(f"{shift_key(family, name)}_drop", 5)
               | {f"{shift_key(family, name)}_drop_severity": worst.severity})
     rows = []
     for shift, (fp32_value, int8_value) in points.items():
@@ -84,8 +84,8 @@ def _shift_drops(params: Params, family: Scored, name: str, evaluated: dict) -> 
             key = shift_key(family, shift.label)
             fields |= {key: round(int8_value, 5), f"baseline_{key}": round(fp32_value, 5),
                        f"{key}_drop": round(fp32_value - int8_value, 5)}
-        drop = paired.map50_95_drop
-        rows.append({"shift": shift.name, "severity": shift.severity, "metric": family.key("map50_95"),
+        drop = paired.drop
+        rows.append({"shift": shift.name, "severity": shift.severity, "metric": family.main.key,
                      "fp32": round(fp32_value, 5), "int8": round(int8_value, 5),
                      "drop": round(fp32_value - int8_value, 5), "drop_ci_low": round(drop.low, 5) if judged else "",
                      "drop_ci_high": round(drop.high, 5) if judged else ""})

@@ -171,8 +171,7 @@ def autofix_scope(params: Params) -> dict | None:
 def accuracy_limits(params: Params, task) -> list[Limit]:
     """The drop gates `make gate` judges on clean images: one per scored metric family, each with its
     `gates.max_..._drop`, then recall and F1 at the deployed threshold (`qgate.deployment_checks`)."""
-    return [*(Limit(f.key(), f.title(), getattr(params.gates, f"max_{f.key('map50_95_drop')}"))
-              for f in task.metrics.scored),
+    return [*(Limit(f.main.key, f.main.title, params.gates.max_drop[f.main.key]) for f in task.metrics.scored),
             *(Limit(c.key, c.title, c.limit) for c in at_conf_checks(params, task.metrics.primary))]
 
 
@@ -300,10 +299,11 @@ class SubsetScorer:
             fp32 = _renumbered(self.baseline, indices)
             entries = {}
             for family in self.task.metrics.scored:
-                scorer = PairedScorer(truth, p.bootstrap_samples, p.seed, family.iou_type)
-                entries[family.key()] = (scorer, scorer.scores(fp32)[0])
+                scorer = self.task.scorer(family, truth, p.bootstrap_samples, p.seed)
+                entries[family.main.key] = (scorer, scorer.scores(fp32)[0])
             self.subsets[len(indices)] = entries
-            self.at_conf[len(indices)] = AtConf(self.params, self.task.metrics.primary, truth, fp32, scorer.weights)
+            self.at_conf[len(indices)] = AtConf(self.params, self.task, self.task.metrics.primary, truth, fp32,
+                                                scorer.weights)
         return self.subsets[len(indices)]
 
 
@@ -453,7 +453,7 @@ def sized_round(params: Params, irs: dict[str, Path], sizes: dict[str, int], spe
 def columns(params: Params, task) -> list[str]:
     """tune.csv's columns: the candidate, its settings, how far it got, its drops (clean, at the deployed
     threshold, under each shift), its speed."""
-    drops = [f"{key}{end}" for key in [*(f.key("map50_95_drop") for f in task.metrics.scored),
+    drops = [f"{key}{end}" for key in [*(f.main.stat("drop") for f in task.metrics.scored),
                                        *(f"{c.key}_drop" for c in candidate_checks(params, task.metrics.primary))]
              for end in ("", "_ci_low", "_ci_high")]
     return ["candidate", *SPACE_KEYS, "float_scope", IMGSZ_KEY, "status", "why", "images", "evaluations", *drops,
@@ -473,9 +473,9 @@ def table(params: Params, candidates: list[Candidate], task, first_round: dict[s
         if c.name in first_round:
             row["first_round_speedup"] = round(first_round[c.name], 3)
         for f in task.metrics.scored:
-            drop = c.drops.get(f.key())
+            drop = c.drops.get(f.main.key)
             if drop is not None:
-                row |= drop.fields(f.key("map50_95_drop"), 5)
+                row |= drop.fields(f.main.stat("drop"), 5)
         for check in candidate_checks(params, task.metrics.primary):
             if check.key in c.drops:
                 row |= c.drops[check.key].fields(f"{check.key}_drop", 5)
@@ -493,7 +493,8 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
         return paste_block("# tune found no candidate that passes the accuracy gates on the whole val split "
                            "(reports/tune.csv says why each one stopped);\n# nothing to paste. Widen tune.space or "
                            "raise the budget.", {})
-    drops = "; ".join([*(f"{f.title()} drop {chosen.drops[f.key()].text()}" for f in reversed(task.metrics.scored)),
+    drops = "; ".join([*(f"{f.main.title} drop {chosen.drops[f.main.key].text()}"
+                         for f in reversed(task.metrics.scored)),
                        *(f"{c.title} drop {chosen.drops[c.key].text()}" for c in candidate_checks(params, task.metrics.primary)
                          if c.key in chosen.drops)])
     speedup = result.speedups[chosen.name]
@@ -531,7 +532,7 @@ def summary(params: Params, task, candidates: list[Candidate], evaluations: int,
     if chosen is not None:
         metrics["chosen_imgsz"] = deploy_size(params, chosen.settings)
         for f in task.metrics.scored:
-            metrics |= chosen.drops[f.key()].fields(f"chosen_{f.key('map50_95_drop')}", 5)
+            metrics |= chosen.drops[f.main.key].fields(f"chosen_{f.main.stat('drop')}", 5)
         for check in candidate_checks(params, task.metrics.primary):
             if check.key in chosen.drops:
                 metrics |= chosen.drops[check.key].fields(f"chosen_{check.key}_drop", 5)

@@ -108,7 +108,7 @@ def test_autofix_aims_at_the_gated_metric_the_plain_int8_misses_most():
     pose, params = TASK_METRICS["pose"], load_params(ROOT / "params.yaml")  # autofix.target_drop 0.008
 
     def drops(box: float, keypoints: float) -> dict:
-        return {f.key(f"map50_95_drop{end}"): drop + shift for f, drop in zip(pose.scored, (box, keypoints))
+        return {f.main.stat(f"drop{end}"): drop + shift for f, drop in zip(pose.scored, (box, keypoints))
                 for end, shift in (("", 0), ("_ci_low", -0.004), ("_ci_high", 0.004))}
 
     assert aimed_family(pose, drops(0.017, 0.003), params).iou_type == "bbox"  # the pose demo on one CPU
@@ -125,6 +125,7 @@ def test_a_candidate_s_at_threshold_drops_are_int8_eval_s(tmp_path, evaluated_pr
     from qgate.deployment_checks import AtConf, at_conf_checks, failures
     from qgate.intervals import PairedScorer
     from qgate.pipeline import evaluate_model
+    from qgate.tasks import task_for
 
     project = copy_project(evaluated_project, tmp_path, tiny_weights, int8_eval__bad_case_conf=0.0005,
                            baseline__conf=0.0001, deploy__conf=0.0001)
@@ -134,9 +135,9 @@ def test_a_candidate_s_at_threshold_drops_are_int8_eval_s(tmp_path, evaluated_pr
     params = load_params(Path("params.yaml"))
     result = evaluate_model(params, require_int8_model(params), export_record(params))
     weights = PairedScorer(result.ground_truth, params.int8_eval.bootstrap_samples, params.int8_eval.seed).weights
-    family = TASK_METRICS["detect"].primary
-    at_conf = AtConf(params, family, result.ground_truth, _json(project, "artifacts/baseline_detections.json"),
-                     weights)
+    task = task_for(export_record(params))
+    at_conf = AtConf(params, task, task.metrics.primary, result.ground_truth,
+                     _json(project, "artifacts/baseline_detections.json"), weights)
     drops = at_conf.drops(result.detections)
     for rate in ("recall", "f1"):
         key = f"{rate}_at_conf_drop"
@@ -144,8 +145,8 @@ def test_a_candidate_s_at_threshold_drops_are_int8_eval_s(tmp_path, evaluated_pr
     assert int8["recall_at_conf"] > 0, int8  # INT8 finds objects there: the rates are not all zero
     strict = dataclasses.replace(params, gates=dataclasses.replace(
         params.gates, max_recall_drop=drops["recall_at_conf"].low - 0.01, max_f1_drop=None))
-    assert [text.split(" drop ")[0] for text in failures(strict, at_conf_checks(strict, family), drops)] == [
-        "recall at deploy.conf"]
+    checks = at_conf_checks(strict, task.metrics.primary)
+    assert [text.split(" drop ")[0] for text in failures(strict, checks, drops)] == ["recall at deploy.conf"]
 
 
 def test_an_empty_ranking_stops_autofix_saying_why(tmp_path, evaluated_project, tiny_weights):
@@ -175,7 +176,7 @@ def test_a_block_that_adds_no_name_says_whether_the_target_was_met():
     block must not claim the target was met when it was not)."""
     params = load_params(ROOT / "params.yaml")
     family = TASK_METRICS["detect"].primary
-    best = {family.key(): 0.70, family.key("map50_95_drop"): 0.02, "drop_ci_low": 0.01, "drop_ci_high": 0.03}
+    best = {family.main.key: 0.70, family.main.stat("drop"): 0.02, "drop_ci_low": 0.01, "drop_ci_high": 0.03}
     met = scope_block(params, [], best | {"within_target": 1}, 0.72, family)
     missed = scope_block(params, [], best | {"within_target": 0}, 0.72, family)
     assert met.startswith("# Nothing to add: the current quantize.ignored_scope already meets the target.")

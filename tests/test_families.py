@@ -28,7 +28,7 @@ from tests.conftest import (DEMO_CLASSES, assert_fails_cleanly, error_line, make
 
 FAMILIES_FILE = Path(__file__).resolve().parent / "families.yaml"
 FAMILIES = yaml.safe_load(FAMILIES_FILE.read_text())["families"]
-FAMILY_DROP_HIGHS = {f.key("map50_95_drop_ci_high") for f in (BOX, MASK, POSE)}
+FAMILY_DROP_HIGHS = {f.main.stat("drop_ci_high") for f in (BOX, MASK, POSE)}
 STAGES = ("export", "baseline", "quantize", "int8_eval", "divergence", "sensitivity")
 
 
@@ -76,7 +76,7 @@ def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
     record = json.loads((tmp_path / "metrics/export_record.json").read_text())
     assert record["head_layout"] == family["layout"] and record["task"] == task
     int8 = json.loads((tmp_path / "metrics/int8.json").read_text())
-    assert {f.key("map50_95_drop_ci_high") for f in TASK_METRICS[task].scored} == set(int8) & FAMILY_DROP_HIGHS
+    assert {f.main.stat("drop_ci_high") for f in TASK_METRICS[task].scored} == set(int8) & FAMILY_DROP_HIGHS
     quantize = json.loads((tmp_path / "metrics/quantize.json").read_text())
     assert quantize["quantizer_count"] > 0 and quantize["ops_float_by_decode_rule"] > 0
     with open(tmp_path / "reports/precision_table.csv") as handle:

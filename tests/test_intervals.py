@@ -100,8 +100,8 @@ def test_resample_weights_count_the_drawn_indices():
 def test_identical_models_have_a_zero_width_drop_interval():
     ground_truth, reference, _ = synthetic_pair(40, seed=4)
     paired = paired_drop(ground_truth, reference, [dict(d) for d in reference], samples=200, level=0.95, seed=0)
-    assert (paired.map50_95_drop.low, paired.map50_95_drop.point, paired.map50_95_drop.high) == (0.0, 0.0, 0.0)
-    assert paired.fp32_map50_95.low < paired.fp32_map50_95.point < paired.fp32_map50_95.high
+    assert (paired.drop.low, paired.drop.point, paired.drop.high) == (0.0, 0.0, 0.0)
+    assert paired.fp32.low < paired.fp32.point < paired.fp32.high
 
 
 def test_the_interval_covers_the_population_drop():
@@ -114,7 +114,7 @@ def test_the_interval_covers_the_population_drop():
         keep = set(rng.choice(1500, 150, replace=False).tolist())
         ground_truth, ref = _subset(population, reference, keep)
         _, cand = _subset(population, candidate, keep)
-        drop = paired_drop(ground_truth, ref, cand, samples=300, level=0.9, seed=draw).map50_95_drop
+        drop = paired_drop(ground_truth, ref, cand, samples=300, level=0.9, seed=draw).drop
         assert drop.low < drop.point < drop.high
         covered += drop.low <= true_drop <= drop.high
     assert covered >= 15, f"the 90% interval covered the population drop in {covered} of {draws} val sets"

@@ -90,6 +90,9 @@ def test_oks_mean_ap_counts_only_labelled_keypoints_and_ignores_an_empty_image(t
     stray = {**pose, "image_id": 1, "score": 0.1}  # a detection on the image without instances, scored last
     assert 0 < expected < 1  # a test of something: some thresholds pass, some fail
     assert coco_map(truth, [dict(pose), dict(stray)], "keypoints")[0] == pytest.approx(expected)
+    metrics, _ = task.score(truth, [dict(pose), dict(stray)])  # the task's own scoring, keyed by its vocabulary
+    assert list(metrics) == ["map50_95", "map50", "pose_map50_95", "pose_map50"]
+    assert metrics["pose_map50_95"] == pytest.approx(expected) and metrics["map50_95"] == pytest.approx(1.0)
     assert task.match([pose], [pose], 0.5) == [1.0]
 
 

@@ -54,6 +54,12 @@ def test_segm_scores_a_mask_with_a_hole_by_its_pixels_and_its_box_by_the_box(tmp
     assert mask50 == pytest.approx(1.0)
     assert mask == pytest.approx(0.7)  # passes IoU 0.50 .. 0.80 (7 of 10 thresholds), fails 0.85 .. 0.95
     assert per_class[0]["map50_95"] == pytest.approx(0.7)
+    # the task scores each family its own way and names the numbers by its vocabulary, boxes first
+    metrics, classes = Segment(RawHead(32), 100).score(truth, [dict(p) for p in predictions])
+    assert list(metrics.items()) == [("map50_95", box), ("map50", box50), ("mask_map50_95", mask),
+                                     ("mask_map50", mask50)]
+    assert classes == [{"class_id": 0, "class_name": "thing", "map50_95": box, "map50": box50, "mask_map50_95": mask,
+                        "mask_map50": mask50}]
 
 
 def test_segment_predictions_carry_box_and_mask_of_each_detection():

@@ -101,9 +101,9 @@ def test_onnx_runtime_scores_the_segment_reference_as_openvino_does(segment_gate
     baseline = json.loads((segment_gated.checkout / "metrics/baseline.json").read_text())
     theirs = onnx_runtime_fp32(segment_gated.checkout)
     print(f"FP32 mask mAP50-95: OpenVINO {baseline['mask_map50_95']:.5f}, ONNX Runtime "
-          f"{theirs.task_metrics['mask_map50_95']:.5f}; boxes {baseline['map50_95']:.5f}, {theirs.map50_95:.5f}")
-    assert abs(theirs.task_metrics["mask_map50_95"] - baseline["mask_map50_95"]) <= 0.002
-    assert abs(theirs.map50_95 - baseline["map50_95"]) <= 0.002
+          f"{theirs.value('mask_map50_95'):.5f}; boxes {baseline['map50_95']:.5f}, {theirs.value('map50_95'):.5f}")
+    assert abs(theirs.value("mask_map50_95") - baseline["mask_map50_95"]) <= 0.002
+    assert abs(theirs.value("map50_95") - baseline["map50_95"]) <= 0.002
 
 
 def test_make_gate_judges_the_task_on_its_own_metric_and_boxes(judged):
@@ -113,23 +113,23 @@ def test_make_gate_judges_the_task_on_its_own_metric_and_boxes(judged):
     record = json.loads((checkout / "metrics" / "export_record.json").read_text())
     own = task_for(record).metrics.primary
     assert record["task"] == judged.task and own.prefix
-    drop_gate = f"accuracy_{own.key('map50_95_drop')}"
-    shift_gate = f"accuracy_shift_gaussian_noise_{own.key('map50_95_drop')}"  # each checkout shifts by noise
+    drop_gate = f"accuracy_{own.main.stat('drop')}"
+    shift_gate = f"accuracy_shift_gaussian_noise_{own.main.stat('drop')}"  # each checkout shifts by noise
     assert {drop_gate, shift_gate, "accuracy_map50_95_drop"} <= table_results(done.stdout).keys(), \
         done.stdout[-4000:]
-    assert f"{own.title()} drop, FP32 - INT8" in done.stdout and "box mAP50-95 drop, FP32 - INT8" in done.stdout
+    assert f"{own.main.title} drop, FP32 - INT8" in done.stdout and "box mAP50-95 drop, FP32 - INT8" in done.stdout
     assert verdict_is_consistent(done), done.stdout[-4000:]
     int8 = json.loads((checkout / "metrics" / "int8.json").read_text())
     baseline = json.loads((checkout / "metrics" / "baseline.json").read_text())
-    assert int8[own.key("map50_95_drop")] == pytest.approx(baseline[own.key()] - int8[own.key()], abs=1e-5)
-    assert int8[own.key("map50_95_drop_ci_low")] <= int8[own.key("map50_95_drop")] <= int8[
-        own.key("map50_95_drop_ci_high")]
-    assert f"fixed_{own.key('map50_95_drop')}" in json.loads((checkout / "metrics" / "autofix.json").read_text())
+    assert int8[own.main.stat("drop")] == pytest.approx(baseline[own.main.key] - int8[own.main.key], abs=1e-5)
+    assert int8[own.main.stat("drop_ci_low")] <= int8[own.main.stat("drop")] <= int8[
+        own.main.stat("drop_ci_high")]
+    assert f"fixed_{own.main.stat('drop')}" in json.loads((checkout / "metrics" / "autofix.json").read_text())
     assert drop_gate in (checkout / "reports" / "gates.xml").read_text()
     report = (checkout / "reports" / "report.md").read_text()
-    assert report.split("## Results")[1].split("\n")[2].startswith(f"INT8 {own.title()}")  # the first thing said
+    assert report.split("## Results")[1].split("\n")[2].startswith(f"INT8 {own.main.title}")  # the first thing said
     per_class = report.split("## Accuracy per class")[1].split("\n## ")[0]
-    assert f"FP32 {own.title()}" in per_class and "FP32 box mAP50-95" in per_class
+    assert f"FP32 {own.main.title}" in per_class and "FP32 box mAP50-95" in per_class
 
 
 @pytest.fixture(scope="module")
@@ -170,12 +170,12 @@ def test_qgate_scores_like_pycocotools_on_ultralytics_own_predictions(judged, ul
     for family in task.metrics.scored:
         pycocotools = coco_map(truth, [dict(p) for p in theirs], family.iou_type)[0]
         printed = getattr(result, ULTRALYTICS_RESULTS[family.iou_type]).map
-        print(f"{judged.task} {family.title()}: qgate {baseline[family.key()]:.4f}, pycocotools on Ultralytics' "
+        print(f"{judged.task} {family.main.title}: qgate {baseline[family.main.key]:.4f}, pycocotools on Ultralytics' "
               f"predictions {pycocotools:.4f}, Ultralytics printed {printed:.4f} ({len(images)} images)")
-        assert baseline[family.key()] == pytest.approx(pycocotools, abs=0.005)
+        assert baseline[family.main.key] == pytest.approx(pycocotools, abs=0.005)
         # Ultralytics' own matcher: 0.009 off on the 32 COCO images, 0.0002 (masks) and 0.004 (boxes) on all 128
-        assert baseline[family.key()] == pytest.approx(printed, abs=0.02)
-        assert baseline[family.key()] > 0.3  # a model that learned its task: the parity is not 0 = 0
+        assert baseline[family.main.key] == pytest.approx(printed, abs=0.02)
+        assert baseline[family.main.key] > 0.3  # a model that learned its task: the parity is not 0 = 0
 
 
 def test_a_fault_that_breaks_only_the_task_s_own_output_fails_its_gate_and_is_named(judged, tmp_path):
@@ -191,7 +191,7 @@ def test_a_fault_that_breaks_only_the_task_s_own_output_fails_its_gate_and_is_na
     assert done.returncode == 0, done.stderr[-3000:]
     own = task_for(json.loads((checkout / "metrics" / "export_record.json").read_text())).metrics.primary
     healthy, broken = (json.loads((project / "metrics" / "int8.json").read_text()) for project in (checkout, planted))
-    assert broken[own.key("map50_95_drop")] > healthy[own.key("map50_95_drop")] + 0.1, broken
+    assert broken[own.main.stat("drop")] > healthy[own.main.stat("drop")] + 0.1, broken
     assert broken["map50_95_drop"] == pytest.approx(healthy["map50_95_drop"], abs=0.002), broken
     _, divergent, ranking = divergence_and_ranking(planted)
     # first, not alone: on the images the fault's bad cases pick, a mask-coefficient conv near the threshold
@@ -199,7 +199,7 @@ def test_a_fault_that_breaks_only_the_task_s_own_output_fails_its_gate_and_is_na
     assert divergent[0] == layer, divergent
     assert ranking["lead_divergent_layer"] == layer and ranking["lead_divergent_rank"] == 1, ranking
     judged_planted = judge(planted)
-    own_gate = f"accuracy_{own.key('map50_95_drop')}"
+    own_gate = f"accuracy_{own.main.stat('drop')}"
     failed = failed_in_table(judged_planted.stdout)
     assert own_gate in failed and "accuracy_map50_95_drop" not in failed, judged_planted.stdout[-3000:]
     todo = judged_planted.stdout.split("What to do:", 1)[1]

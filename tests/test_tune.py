@@ -43,7 +43,7 @@ def _rows(project: Path) -> list[dict]:
 def _autofix_block(params: Params, names: list[str]) -> str:
     """autofix's block as its stage writes it, keeping `names` float beside the current scope."""
     family = TASK_METRICS["detect"].primary
-    best = {family.key(): 0.5, family.key("map50_95_drop"): 0.01, "drop_ci_low": 0.0, "drop_ci_high": 0.02,
+    best = {family.main.key: 0.5, family.main.stat("drop"): 0.01, "drop_ci_low": 0.0, "drop_ci_high": 0.02,
             "within_target": 1}
     return scope_block(params, names, best, 0.51, family)
 
