@@ -33,7 +33,8 @@ import openvino as ov  # noqa: E402
 from benchmarks.peers import benchmark_case, median_fps  # noqa: E402
 from benchmarks.workspace import inside  # noqa: E402
 from qgate.dataset import load_dataset, split_images  # noqa: E402
-from qgate.evaluator import evaluate, image_tensor  # noqa: E402
+from qgate.evaluator import evaluate  # noqa: E402
+from qgate.preprocess import image_tensor  # noqa: E402
 from qgate.runtimes.openvino.inference import compile_model  # noqa: E402
 from qgate.runtimes.openvino import OpenVINO  # noqa: E402
 from qgate.io import read_json  # noqa: E402

@@ -32,7 +32,8 @@ import openvino.opset13 as opset  # noqa: E402
 from benchmarks.autofix import naive_params  # noqa: E402
 from benchmarks.peers import benchmark_case  # noqa: E402
 from qgate.dataset import split_images  # noqa: E402
-from qgate.evaluator import evaluate, image_tensor  # noqa: E402
+from qgate.evaluator import evaluate  # noqa: E402
+from qgate.preprocess import image_tensor  # noqa: E402
 from qgate.heads import RawHead  # noqa: E402
 from qgate.tasks import Detect  # noqa: E402
 from qgate.io import read_json  # noqa: E402

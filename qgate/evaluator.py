@@ -5,23 +5,18 @@ Prediction is a job (`qgate.compute`): shards of images in, detections out, run 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cv2
-import numpy as np
 from tqdm import tqdm
 
 from qgate.compute import Job, LocalExecutor
-from qgate.errors import QgateError
 from qgate.heads import Postprocess
-from qgate.tasks import Detect, Letterbox
-
-PAD_VALUE = 114
+from qgate.preprocess import EncodedImage, decode, read_bytes, to_tensor
+from qgate.tasks import Detect
 
 
 @dataclass
@@ -47,71 +42,10 @@ class Evaluation:
         return self.images / self.seconds if self.seconds else 0.0
 
 
-def load_image(source: Path | EncodedImage, imgsz: int, shift=None,
-               index: int = 0) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
-    """Decode BGR and resize the long side to imgsz like Ultralytics' dataset; return (image, hw0, hw).
-
-    Decoded from the file's bytes, as Ultralytics' `imread` does, so a path and its bytes give the same pixels.
-    A `shift` (`qgate.shifts.Shift`) changes the decoded image, the `index`-th of its split, before the resize.
-    """
-    name, data = (source.name, source.data) if isinstance(source, EncodedImage) else (source, _read_bytes(source))
-    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR) if data else None
-    if image is None:
-        raise QgateError(f"{name}: unreadable image; replace it or remove it from the split")
-    if shift is not None:
-        image = shift(image, index)
-    h0, w0 = image.shape[:2]
-    ratio = imgsz / max(h0, w0)
-    if ratio != 1:
-        size = (min(math.ceil(w0 * ratio), imgsz), min(math.ceil(h0 * ratio), imgsz))
-        image = cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
-    return image, (h0, w0), image.shape[:2]
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise QgateError(f"{path}: cannot read the image ({exc.strerror}); fix it or remove it from the split") \
-            from None
-
-
-def letterbox(image: np.ndarray, imgsz: int) -> tuple[np.ndarray, tuple[int, int]]:
-    """Pad (never upscale) to imgsz x imgsz, centred; return the uint8 BGR image and (left, top)."""
-    h, w = image.shape[:2]
-    ratio = min(imgsz / h, imgsz / w, 1.0)
-    new_w, new_h = max(round(w * ratio), 1), max(round(h * ratio), 1)
-    if (new_w, new_h) != (w, h):
-        image = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
-    dw, dh = (imgsz - new_w) / 2, (imgsz - new_h) / 2
-    top, bottom, left, right = round(dh - 0.1), round(dh + 0.1), round(dw - 0.1), round(dw + 0.1)
-    image = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(PAD_VALUE,) * 3)
-    return image, (left, top)
-
-
-def to_tensor(image: np.ndarray) -> np.ndarray:
-    """Letterboxed uint8 BGR HWC -> the float32 RGB NCHW tensor in [0, 1] that the plain IR takes."""
-    return np.ascontiguousarray(image[:, :, ::-1].transpose(2, 0, 1)[None].astype(np.float32) / 255.0)
-
-
-def image_tensor(source: Path | EncodedImage, imgsz: int, shift=None, index: int = 0) -> np.ndarray:
-    """Read, resize and letterbox one image into the float tensor the plain IR takes (calibration, capture);
-    shifted first by `shift`, as the `index`-th image of its split (`load_image`)."""
-    return to_tensor(letterbox(load_image(source, imgsz, shift, index)[0], imgsz)[0])
-
-
-@dataclass(frozen=True)
-class EncodedImage:
-    """An image file's name and bytes: what a remote worker decodes, with no shared file system."""
-
-    name: str
-    data: bytes
-
-
 def portable_images(images: list[Path], remote: bool) -> Iterator[Path | EncodedImage]:
     """The images as paths (read where they are used) or, for remote workers, as their bytes, read lazily."""
     for path in images:
-        yield EncodedImage(str(path), _read_bytes(path)) if remote else path
+        yield EncodedImage(str(path), read_bytes(path)) if remote else path
 
 
 @dataclass(frozen=True)
@@ -182,15 +116,14 @@ def _predict_shard(state: tuple, shard: Shard) -> list[tuple[list[dict], tuple[i
     takes_uint8 = predictor.runtime.takes_uint8(compiled)
 
     def prepare(index: int) -> tuple[dict, tuple]:
-        image, hw0, hw = load_image(shard.images[index], imgsz, predictor.shift, shard.start + index)
-        padded, pad = letterbox(image, imgsz)
-        return {0: padded[None] if takes_uint8 else to_tensor(padded)}, (index, Letterbox(hw0, hw, pad))
+        image = decode(shard.images[index], predictor.shift, shard.start + index)
+        prepared, geometry = predictor.task.prepare(image, imgsz)
+        return {0: prepared[None] if takes_uint8 else to_tensor(prepared)}, (index, geometry, image.shape[:2])
 
     def consume(outputs: tuple, context: tuple) -> None:
-        index, geometry = context
+        index, geometry, hw0 = context
         first = tuple(output[0] for output in outputs)  # batch item 0
-        results[index] = (predictor.task.predictions(first, predictor.settings, shard.start + index, geometry),
-                          geometry.hw0)
+        results[index] = (predictor.task.predictions(first, predictor.settings, shard.start + index, geometry), hw0)
 
     predictor.runtime.infer_pipelined(compiled, range(len(shard.images)), prepare, consume, predictor.task.outputs)
     return results

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from qgate.compute import Job, LocalExecutor
-from qgate.evaluator import EncodedImage, image_tensor, portable_images
+from qgate.evaluator import portable_images
+from qgate.preprocess import EncodedImage, image_tensor
 from qgate.heads import Postprocess
 from qgate.groups import Group
 from qgate.tasks import Detect

@@ -267,15 +267,22 @@ def paired_drop(ground_truth: dict, reference: list[dict], candidate: list[dict]
     `sizes`, to score the objects of one `area` range).
     """
     scorer = PairedScorer(ground_truth, samples, seed, iou_type)
-    ref_map, ref_map50 = scorer.scores(reference, evaluators[0], area)
-    cand_map, cand_map50 = scorer.scores(candidate, evaluators[1], area)
-    ref_point, cand_point, ref50_point, cand50_point = points or (ref_map[0], cand_map[0], ref_map50[0],
-                                                                   cand_map50[0])
+    return paired_scores(scorer.scores(reference, evaluators[0], area), scorer.scores(candidate, evaluators[1], area),
+                         level, samples, points)
+
+
+def paired_scores(reference: tuple[np.ndarray, np.ndarray], candidate: tuple[np.ndarray, np.ndarray], level: float,
+                  samples: int, points: tuple[float, float, float, float] | None = None) -> PairedDrop:
+    """The paired drop from two models' (main, second) scores under the same resamples (index 0: the full set;
+    any task's scorer); `points` (FP32 main, INT8 main, FP32 second, INT8 second) replace the full-set ones."""
+    (ref_main, ref_second), (cand_main, cand_second) = reference, candidate
+    ref_point, cand_point, ref_second_point, cand_second_point = points or (ref_main[0], cand_main[0],
+                                                                             ref_second[0], cand_second[0])
     return PairedDrop(
-        fp32=interval(ref_point, ref_map[1:], level),
-        int8=interval(cand_point, cand_map[1:], level),
-        drop=interval(ref_point - cand_point, ref_map[1:] - cand_map[1:], level),
+        fp32=interval(ref_point, ref_main[1:], level),
+        int8=interval(cand_point, cand_main[1:], level),
+        drop=interval(ref_point - cand_point, ref_main[1:] - cand_main[1:], level),
         drop_rel=interval((ref_point - cand_point) / (ref_point or 1.0),
-                          (ref_map[1:] - cand_map[1:]) / np.where(ref_map[1:] > 0, ref_map[1:], 1.0), level),
-        second_drop=interval(ref50_point - cand50_point, ref_map50[1:] - cand_map50[1:], level),
+                          (ref_main[1:] - cand_main[1:]) / np.where(ref_main[1:] > 0, ref_main[1:], 1.0), level),
+        second_drop=interval(ref_second_point - cand_second_point, ref_second[1:] - cand_second[1:], level),
         samples=samples)

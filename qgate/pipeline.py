@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from qgate.artifacts import model_dataset
-from qgate.dataset import label_path, orphan_labels, split_images
+from qgate.dataset import orphan_labels, split_images
 from qgate.evaluator import Evaluation, evaluate
 from qgate.heads import Postprocess
 from qgate.params import Params
@@ -23,7 +23,7 @@ def val_images(params: Params, record: dict) -> tuple[list[Path], tuple[str, ...
     images = split_images(dataset, params.baseline.split)
     task = task_for(record)
     for image in images:  # the first bad line raises, naming it
-        task.labels(label_path(image), len(dataset.names))
+        task.labels(image, dataset.names)
     orphans = orphan_labels(images)
     if orphans:
         log.warning("%d label file(s) have no image and are ignored, e.g. %s", len(orphans), orphans[0])

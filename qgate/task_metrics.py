@@ -27,31 +27,32 @@ class Metric:
 
 @dataclass(frozen=True)
 class Scored:
-    """One accuracy metric family: how it is scored (a pycocotools iouType), its keys' prefix, what people call it.
+    """One accuracy metric family: how it is scored, its keys' prefix, what people call it, its two metrics.
 
     `main` is the metric its drop gate judges, `second` the one measured beside it; the task scores them
     (`qgate.tasks`).
     """
 
-    iou_type: str
+    name: str  # how it is scored and what records name it: a pycocotools iouType, or `classes` (top-k accuracy)
     prefix: str
     label: str
     named: bool = True  # say the label in titles: boxes are plain "mAP50-95" where they are all a task scores
+    bases: tuple[tuple[str, str], tuple[str, str]] = (("map50_95", "mAP50-95"), ("map50", "mAP50"))  # main, second
 
     @property
-    def name(self) -> str:
-        """What records name the family by (autofix's `aimed_at`): its iouType, `bbox`, `segm` or `keypoints`."""
-        return self.iou_type
+    def iou_type(self) -> str:
+        """The pycocotools iouType that scores a detection family (`bbox`, `segm`, `keypoints`)."""
+        return self.name
 
     @property
     def main(self) -> Metric:
-        """mAP50-95: what the family's drop gate judges."""
-        return Metric(self.key("map50_95"), self.title("mAP50-95"))
+        """What the family's drop gate judges: mAP50-95, top-1 accuracy."""
+        return Metric(self.key(self.bases[0][0]), self.title(self.bases[0][1]))
 
     @property
     def second(self) -> Metric:
-        """mAP50: measured and shown beside `main`."""
-        return Metric(self.key("map50"), self.title("mAP50"))
+        """Measured and shown beside `main`: mAP50, top-5 accuracy."""
+        return Metric(self.key(self.bases[1][0]), self.title(self.bases[1][1]))
 
     @property
     def is_box(self) -> bool:
@@ -70,6 +71,7 @@ class Scored:
 BOX = Scored("bbox", "", "box", named=False)  # a detector's only family
 MASK = Scored("segm", "mask_", "mask")
 KEYPOINTS = Scored("keypoints", "pose_", "keypoint")
+CLASSES = Scored("classes", "", "class", named=False, bases=(("top1", "top-1 accuracy"), ("top5", "top-5 accuracy")))
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,10 @@ TASK_METRICS = {task.name: task for task in (
     TaskMetrics("detect", (BOX,)),
     TaskMetrics("segment", (Scored("bbox", "", "box"), MASK)),
     TaskMetrics("pose", (Scored("bbox", "", "box"), KEYPOINTS)),
+    TaskMetrics("classify", (CLASSES,)),
 )}
-GATED_TASKS = list(TASK_METRICS)  # export refuses the others (OBB, classify)
+# export refuses the others: OBB, and classify until every stage runs a classifier (qgate.tasks.Classify scores one)
+GATED_TASKS = ["detect", "segment", "pose"]
 
 
 def recorded(record_path: str | Path) -> TaskMetrics:

@@ -1,13 +1,12 @@
-"""What a model's outputs mean, per Ultralytics task: which outputs it reads, decode, ground truth, scoring with
-paired resampling, match.
+"""What a model's outputs mean, per Ultralytics task: how an image becomes its input, which outputs it reads,
+decode, ground truth, scoring with paired resampling, match.
 
 Stages and gates ask the task the export record names (`task_for`), never `if task == ...`: everything
-that knows whether a prediction is a box, a mask or a set of keypoints lives in one class per task.
+that knows whether a prediction is a box, a mask, a set of keypoints or a class lives in one class per task.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,22 +14,16 @@ import numpy as np
 from qgate.cocoeval import coco_map, matched
 from qgate.compare import match
 from qgate import keypoints
-from qgate.dataset import (coco_ground_truth, coco_keypoint_truth, coco_segment_truth, kpt_oks_sigmas, read_keypoints,
-                           read_labels, read_segments)
+from qgate.class_folders import class_ground_truth, class_of
+from qgate.dataset import (coco_ground_truth, coco_keypoint_truth, coco_segment_truth, kpt_oks_sigmas, label_path,
+                           read_keypoints, read_labels, read_segments)
 from qgate.errors import QgateError
 from qgate.heads import HEADS, Postprocess, RawHead
 from qgate.intervals import PairedDrop, PairedScorer, paired_drop
 from qgate.masks import grid_masks, instance_masks, mask_iou, paired_mask_iou, rle
+from qgate.preprocess import Letterbox, center_cropped, letterboxed
 from qgate.task_metrics import TASK_METRICS, Scored
-
-
-@dataclass(frozen=True)
-class Letterbox:
-    """How an image became the model's input: original (h, w), resized (h, w), and the padding (left, top)."""
-
-    hw0: tuple[int, int]
-    hw: tuple[int, int]
-    pad: tuple[int, int]
+from qgate.topk import TopkScorer, classification, paired_topk_drop, top_k
 
 
 class Detect:
@@ -39,6 +32,7 @@ class Detect:
     name = "detect"
     metrics = TASK_METRICS["detect"]  # what it is scored and judged on
     outputs = 1  # how many of the model's outputs the task reads, from the first
+    headed = True  # its outputs read through a detection head layout (`qgate.heads`), the export record's
 
     def __init__(self, head=RawHead()):
         self.head = head
@@ -58,6 +52,10 @@ class Detect:
     def extra_columns(cls, fields: dict) -> int:
         """Values the head adds per detection after the class scores, given `export_fields`."""
         return 0
+
+    def prepare(self, image: np.ndarray, imgsz: int) -> tuple[np.ndarray, Letterbox]:
+        """The model's uint8 BGR input from the original image (letterboxed) and the geometry `predictions` undoes."""
+        return letterboxed(image, imgsz)
 
     def predictions(self, outputs: tuple, settings: Postprocess, image_id: int,
                     letterbox: Letterbox | None = None) -> list[dict]:
@@ -126,9 +124,9 @@ class Detect:
         return paired_drop(ground_truth, reference, candidate, samples, level, seed, points, family.iou_type, matches,
                            area)
 
-    def labels(self, path: Path, num_classes: int) -> list:
-        """The instances of one YOLO label file, validated: a bad line raises, naming it and the fix."""
-        return list(read_labels(path, num_classes))
+    def labels(self, image: Path, names: tuple[str, ...]) -> list:
+        """The instances of one image's YOLO label file, validated: a bad line raises, naming it and the fix."""
+        return list(read_labels(label_path(image), len(names)))
 
 
 class Segment(Detect):
@@ -191,9 +189,9 @@ class Segment(Detect):
         """COCO instances with polygons from the YOLO segment label files."""
         return coco_segment_truth(images, shapes, names)
 
-    def labels(self, path: Path, num_classes: int) -> list:
-        """The (class, polygon) instances of one YOLO segment label file, validated."""
-        return read_segments(path, num_classes)
+    def labels(self, image: Path, names: tuple[str, ...]) -> list:
+        """The (class, polygon) instances of one image's YOLO segment label file, validated."""
+        return read_segments(label_path(image), len(names))
 
 
 def mask_iou_of(reference: list[dict], candidate: list[dict]) -> np.ndarray:
@@ -268,22 +266,107 @@ class Pose(Detect):
         """COCO keypoint instances from the YOLO pose label files, with the sigmas OKS scores them by."""
         return coco_keypoint_truth(images, shapes, names, self.kpt_shape, self.sigmas, keypoints.BOX_AREA_SHARE)
 
-    def labels(self, path: Path, num_classes: int) -> list:
-        """The (class, box, keypoints) instances of one YOLO pose label file, validated against `kpt_shape`."""
-        return read_keypoints(path, num_classes, self.kpt_shape)
+    def labels(self, image: Path, names: tuple[str, ...]) -> list:
+        """The (class, box, keypoints) instances of one image's YOLO pose label file, validated against
+        `kpt_shape`."""
+        return read_keypoints(label_path(image), len(names), self.kpt_shape)
 
 
-TASKS = {task.name: task for task in (Detect, Segment, Pose)}
+class Classify:
+    """Class probabilities: output 0 is the softmax over classes (Ultralytics' Classify head as exported), one
+    prediction per centre-cropped image, scored by top-1 and top-5 accuracy (`qgate.topk`).
+
+    Not a kind of detection (as Ultralytics' ClassificationValidator is not): no boxes, no threshold, no NMS.
+    """
+
+    name = "classify"
+    metrics = TASK_METRICS["classify"]
+    outputs = 1
+    headed = False  # no detection head layout (`qgate.heads`) to read
+
+    @classmethod
+    def from_record(cls, record: dict, head_class=None) -> Classify:
+        """The task: nothing in the record changes how a classifier's output reads."""
+        return cls()
+
+    @classmethod
+    def export_fields(cls, output_shapes: list[list[int]], checkpoint, dataset_yaml: Path) -> dict:
+        """Nothing beyond the class names the record keeps for every task."""
+        return {}
+
+    @classmethod
+    def extra_columns(cls, fields: dict) -> int:
+        """No detection rows, so no values after their class scores."""
+        return 0
+
+    def prepare(self, image: np.ndarray, imgsz: int) -> tuple[np.ndarray, None]:
+        """The model's uint8 BGR input from the original image: short side to imgsz, centre crop (Ultralytics')."""
+        return center_cropped(image, imgsz)
+
+    def predictions(self, outputs: tuple, settings: Postprocess, image_id: int, geometry=None) -> list[dict]:
+        """The image's one classification, top class first (`qgate.topk.classification`); no threshold applies,
+        as none does to Ultralytics' top-1."""
+        return [classification(np.asarray(outputs[0]).reshape(-1), image_id)]
+
+    def confident(self, outputs: tuple, conf: float) -> np.ndarray:
+        """The reference's top class: the output the sensitivity error compares, whatever its probability."""
+        return np.array([int(np.argmax(outputs[0]))])
+
+    def detection_error(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> float:
+        """How far the probability of the reference's top class (`mask`, from `confident`) moved."""
+        reference_probabilities = np.asarray(reference[0], dtype=np.float64).reshape(-1)
+        candidate_probabilities = np.asarray(candidate[0], dtype=np.float64).reshape(-1)
+        return float(np.abs(reference_probabilities[mask] - candidate_probabilities[mask]).mean())
+
+    def box_error(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> float:
+        """The drift gate's share of `detection_error`: all of it (a classifier has nothing else)."""
+        return self.detection_error(candidate, reference, mask)
+
+    def match(self, reference: list[dict], candidate: list[dict], iou: float) -> list[float]:
+        """[1.0] when both predictions name the same class, else none: a bad case is an image whose class changed."""
+        same = reference and candidate and reference[0]["category_id"] == candidate[0]["category_id"]
+        return [1.0] if same else []
+
+    def ground_truth(self, images: list[Path], shapes: list[tuple[int, int]], names: tuple[str, ...]) -> dict:
+        """Each image's class (its folder) as a COCO-style annotation."""
+        return class_ground_truth(images, shapes, names)
+
+    def score(self, ground_truth: dict, predictions: list[dict]) -> tuple[dict[str, float], list[dict]]:
+        """Top-1 and top-5 accuracy by key, and the same per true class (None: a class without images)."""
+        (top1, top5), per_class = top_k(ground_truth, predictions)
+        family = self.metrics.primary
+        return {family.main.key: top1, family.second.key: top5}, per_class
+
+    def matched(self, family: Scored, ground_truth: dict, predictions: list[dict], sizes: bool = False):
+        """None: a classification has no objects to match to ground truth (top-k reads it directly)."""
+        return None
+
+    def scorer(self, family: Scored, ground_truth: dict, samples: int, seed: int) -> TopkScorer:
+        """Top-1 and top-5 of any model's predictions on these images under the same seeded resamples."""
+        return TopkScorer(ground_truth, samples, seed)
+
+    def paired(self, family: Scored, ground_truth: dict, reference: list[dict], candidate: list[dict], samples: int,
+               level: float, seed: int, points: tuple[float, float, float, float] | None = None,
+               matches: tuple = (None, None), area: str = "all") -> PairedDrop:
+        """The top-1 (and top-5) drop from `reference` to `candidate`, each with a paired bootstrap interval."""
+        return paired_topk_drop(ground_truth, reference, candidate, samples, level, seed, points, area)
+
+    def labels(self, image: Path, names: tuple[str, ...]) -> list:
+        """The image's class id (its folder among `names`): a clear error naming an image outside them."""
+        return [class_of(image, names)]
 
 
-def task_for(record: dict) -> Detect:
+TASKS = {task.name: task for task in (Detect, Segment, Pose, Classify)}
+
+
+def task_for(record: dict) -> Detect | Classify:
     """The task (with its head layout) the export record names; an error for a record written before tasks were."""
     name, layout = record.get("task"), record.get("head_layout")
     if name not in TASKS:
         raise QgateError(f"export record names no known task ({name!r}); re-run `dvc repro export`")
-    if layout not in HEADS:
+    if TASKS[name].headed and layout not in HEADS:
         raise QgateError(f"export record names no known head layout ({layout!r}); re-run `dvc repro export`")
-    return TASKS[name].from_record(record, HEADS[layout])
+    return TASKS[name].from_record(record, HEADS.get(layout))
 
 
 def scale_to_original(rows: np.ndarray, letterbox: Letterbox) -> np.ndarray:

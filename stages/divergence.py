@@ -13,7 +13,7 @@ from qgate.cli import run_stage
 from qgate.dataset import split_images
 from qgate.divergence import CLIP_GROWTH, NETWORK_INPUT, DetectionError, LayerStats, sqnr_db
 from qgate.divergence_table import divergent, layer_rows
-from qgate.evaluator import image_tensor
+from qgate.preprocess import image_tensor
 from qgate.io import write_csv, write_json, write_text
 from qgate.params import Params
 from qgate.artifacts import export_record, fp32_model, int8_weights_sha256, model_dataset, require_int8_model

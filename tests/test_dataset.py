@@ -149,7 +149,7 @@ def test_odd_image_formats_load_as_8bit_bgr_like_ultralytics(tmp_path, shape, dt
     import numpy as np
     from ultralytics.utils.patches import imread
 
-    from qgate.evaluator import load_image
+    from qgate.preprocess import load_image
 
     pixels = np.random.default_rng(0).integers(0, np.iinfo(dtype).max, shape, dtype=dtype)
     path = tmp_path / "odd.png"

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from qgate.cocoeval import coco_map
-from qgate.evaluator import letterbox, load_image, to_tensor
 from qgate.heads import End2EndHead, Postprocess, RawHead
-from qgate.tasks import Letterbox, scale_to_original, to_coco
+from qgate.preprocess import Letterbox, letterbox, load_image, to_tensor
+from qgate.tasks import scale_to_original, to_coco
 from tests.conftest import pycocotools_stats
 
 SHAPES = [(480, 640), (427, 640), (100, 50), (333, 201), (320, 320)]

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from qgate import offline
-from qgate.evaluator import image_tensor
+from qgate.preprocess import image_tensor
 from qgate.runtimes.openvino.head_graph import output_layers
 from qgate.runtimes.openvino.ops import WEIGHTED_TYPES
 from qgate.runtimes.openvino.quantizer_groups import quantizer_groups, revert

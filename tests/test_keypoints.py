@@ -13,7 +13,8 @@ from qgate.dataset import read_keypoints
 from qgate.errors import QgateError
 from qgate.heads import Postprocess, RawHead
 from qgate.keypoints import COCO_SIGMAS, sigmas
-from qgate.tasks import Letterbox, Pose
+from qgate.preprocess import Letterbox
+from qgate.tasks import Pose
 from tests.test_reference import REFERENCE
 
 KPT_SHAPE = (17, 3)

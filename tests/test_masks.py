@@ -7,7 +7,8 @@ from qgate.cocoeval import coco_map
 from qgate.dataset import coco_segment_truth
 from qgate.heads import End2EndHead, Postprocess, RawHead
 from qgate.masks import instance_masks, mask_iou, rle
-from qgate.tasks import Detect, Letterbox, Segment
+from qgate.preprocess import Letterbox
+from qgate.tasks import Detect, Segment
 
 
 @pytest.mark.parametrize("hw0, hw, pad", [((120, 160), (120, 160), (0, 20)), ((300, 400), (120, 160), (0, 20)),

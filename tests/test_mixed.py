@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 
-from qgate.evaluator import image_tensor
+from qgate.preprocess import image_tensor
 from qgate.groups import ignored_names
 from qgate.runtimes.openvino.ops import WEIGHTED_TYPES, weight_quantizer
 from qgate.runtimes.openvino.quantizer_groups import quantizer_groups, revert

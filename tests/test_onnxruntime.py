@@ -19,7 +19,7 @@ import pytest
 import yaml
 from onnx import numpy_helper
 
-from qgate.evaluator import image_tensor
+from qgate.preprocess import image_tensor
 from qgate.io import sha256_file
 from qgate.runtimes.onnxruntime import OnnxRuntime
 from qgate.runtimes.onnxruntime.graph import Graph

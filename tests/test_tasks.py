@@ -5,7 +5,8 @@ import pytest
 
 from qgate.errors import QgateError
 from qgate.heads import End2EndHead, Postprocess, RawHead
-from qgate.tasks import Detect, Letterbox, scale_to_original, task_for, to_coco
+from qgate.preprocess import Letterbox
+from qgate.tasks import Detect, scale_to_original, task_for, to_coco
 
 
 def test_task_for_reads_the_task_and_head_layout():

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from qgate.errors import QgateError
-from qgate.evaluator import image_tensor
+from qgate.preprocess import image_tensor
 from qgate.params import IgnoredScopeParams, Params, QuantizeParams
 from qgate.precision import SCOPE_RULE
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import onnx
 
 from qgate.errors import QgateError
-from qgate.evaluator import image_tensor
+from qgate.preprocess import image_tensor
 from qgate.params import Params
 from qgate.runtimes import nncf_settings
 from qgate.runtimes.onnxruntime.graph import QUANTIZE, Graph

@@ -1,0 +1,182 @@
+"""The classification task's parts against Ultralytics' own: the folder-per-class layout, the centre-crop
+preprocessing (`classify_transforms`), top-1/top-5 (`ClassifyMetrics`), their paired intervals, and a tiny
+untrained YOLOv8n-cls exported to ONNX scored image by image as Ultralytics predicts and validates it."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from qgate.class_folders import class_ground_truth, load_class_folders
+from qgate.dataset import split_images
+from qgate.errors import QgateError
+from qgate.heads import Postprocess
+from qgate.preprocess import center_cropped, to_tensor
+from qgate.task_metrics import TASK_METRICS
+from qgate.tasks import Classify, task_for
+from qgate.topk import TopkScorer, classification, paired_topk_drop, top_k
+
+CLASSES = ("cat", "dog", "fox")
+
+
+def class_folders(root, per_class: dict[str, int], split: str = "val", seed: int = 0, sizes=((48, 64), (80, 40))):
+    """`root/split/<class>/<i>.jpg`: smooth random images (different sizes and aspect ratios) per class."""
+    rng = np.random.default_rng(seed)
+    for name, count in per_class.items():
+        (root / split / name).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            h, w = sizes[i % len(sizes)]
+            small = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)  # upscaled: edges a resize must get right
+            cv2.imwrite(str(root / split / name / f"{i}.jpg"), cv2.resize(small, (w, h)))
+    return root
+
+
+def test_class_folders_name_classes_by_their_sorted_folders(tmp_path):
+    class_folders(tmp_path, {"dog": 2, "cat": 1, "fox": 1}, "train")
+    class_folders(tmp_path, {"fox": 2, "cat": 1}, "validation")
+    dataset = load_class_folders(tmp_path)
+    assert dataset.names == CLASSES and dataset.splits == {"train": "train", "val": "validation"}
+    images = split_images(dataset, "val")
+    truth = class_ground_truth(images, [(48, 64)] * len(images), dataset.names)
+    assert [a["category_id"] for a in truth["annotations"]] == [1, 3, 3]  # cat, fox, fox: ImageFolder's order
+    assert Classify().labels(images[1], dataset.names) == [2]
+
+
+@pytest.mark.parametrize("layout, error", [
+    ({}, "no train/ or val/ folder"),
+    ({"val/loose.jpg": None}, "no class folder"),
+    ({"val/cat/a.jpg": None, "val/cat/deeper/b.jpg": None}, "not directly in a class folder"),
+    ({"train/cat/a.jpg": None, "val/cow/b.jpg": None}, "class 'cow' is not among the 1 classes"),
+])
+def test_a_misplaced_image_or_folder_is_refused_naming_it(tmp_path, layout, error):
+    for name in layout:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(tmp_path / name), np.zeros((8, 8, 3), np.uint8))
+    with pytest.raises(QgateError, match=error):
+        load_class_folders(tmp_path)
+
+
+@pytest.mark.parametrize("imgsz", [32, 64])
+@pytest.mark.parametrize("hw", [(48, 64), (80, 40), (64, 64), (33, 97), (31, 32)])
+def test_center_crop_is_ultralytics_classify_transforms(hw, imgsz):
+    """The same float tensor as Ultralytics' val/predict transform of the same decoded image, to the bit."""
+    from PIL import Image
+    from ultralytics.data.augment import classify_transforms
+
+    rng = np.random.default_rng(hw[0] * imgsz)
+    bgr = cv2.resize(rng.integers(0, 256, (5, 7, 3), dtype=np.uint8), (hw[1], hw[0]), interpolation=cv2.INTER_CUBIC)
+    theirs = classify_transforms(imgsz)(Image.fromarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))).numpy()[None]
+    prepared, geometry = center_cropped(bgr, imgsz)
+    assert prepared.shape == (imgsz, imgsz, 3) and prepared.dtype == np.uint8 and geometry is None
+    np.testing.assert_array_equal(to_tensor(prepared), theirs)
+
+
+@pytest.mark.parametrize("classes", [3, 12])
+def test_top_k_is_ultralytics_classify_metrics(classes):
+    """Top-1 and top-5 of random probabilities as Ultralytics computes them (top-5 is 1 with fewer classes)."""
+    import torch
+    from ultralytics.utils.metrics import ClassifyMetrics
+
+    rng = np.random.default_rng(classes)
+    probabilities = rng.dirichlet(np.ones(classes), size=60)
+    targets = rng.integers(0, classes, 60)
+    names = tuple(f"c{i}" for i in range(classes))
+    truth = {"images": [{"id": i} for i in range(60)],
+             "annotations": [{"id": i + 1, "image_id": i, "category_id": int(t) + 1} for i, t in enumerate(targets)],
+             "categories": [{"id": i + 1, "name": n} for i, n in enumerate(names)]}
+    (top1, top5), per_class = top_k(truth, [classification(p, i) for i, p in enumerate(probabilities)])
+    metrics = ClassifyMetrics()
+    metrics.process([torch.tensor(targets)], [torch.tensor(probabilities).argsort(1, descending=True)[:, :5]])
+    assert (top1, top5) == pytest.approx((metrics.top1, metrics.top5), abs=1e-6)  # theirs: float32 means
+    assert 0 < top1 < top5 <= 1 and (top5 == 1) == (classes <= 5)
+    first = per_class[0]
+    own = targets == 0
+    assert first["images"] == own.sum() and first["top1"] == pytest.approx((probabilities[own].argmax(1) == 0).mean())
+
+
+def test_paired_top1_drop_counts_the_images_whose_class_changed():
+    """Row 0 is the full set; flipping k of n correct images drops top-1 by exactly k/n, inside its interval, and
+    a model against itself drops by 0 on every resample."""
+    n, k = 40, 6
+    truth = {"images": [{"id": i} for i in range(n)],
+             "annotations": [{"id": i + 1, "image_id": i, "category_id": 1 + i % 3} for i in range(n)],
+             "categories": [{"id": c + 1, "name": name} for c, name in enumerate(CLASSES)]}
+    right = [{"image_id": i, "category_id": 1 + i % 3, "score": 0.9, "ranked": [1 + i % 3]} for i in range(n)]
+    flipped = [dict(p, category_id=1 + (p["category_id"] % 3), ranked=[1 + (p["category_id"] % 3)])
+               if p["image_id"] < k else p for p in right]
+    paired = paired_topk_drop(truth, right, flipped, samples=200, level=0.95, seed=0)
+    assert paired.fp32.point == 1.0 and paired.drop.point == pytest.approx(k / n)
+    assert 0 < paired.drop.low < k / n < paired.drop.high and paired.second_drop.point == pytest.approx(k / n)
+    same = paired_topk_drop(truth, right, right, samples=200, level=0.95, seed=0)
+    assert (same.drop.low, same.drop.point, same.drop.high) == (0.0, 0.0, 0.0)
+    with pytest.raises(QgateError, match="no object sizes"):
+        TopkScorer(truth, 10, 0).scores(right, area="small")
+
+
+def test_the_classify_task_reads_probabilities():
+    """Decode, the sensitivity error (the FP32 top class's probability change) and the bad-case match."""
+    task = task_for({"task": "classify", "class_names": list(CLASSES)})
+    assert isinstance(task, Classify) and task.metrics is TASK_METRICS["classify"]
+    reference, candidate = (np.array([[0.2, 0.7, 0.1]]),), (np.array([[0.45, 0.4, 0.15]]),)
+    fp32, int8 = (task.predictions(o, Postprocess(conf=0.9), 4) for o in (reference, candidate))
+    assert fp32 == [{"image_id": 4, "category_id": 2, "score": 0.7, "ranked": [2, 1, 3]}]
+    mask = task.confident(reference, 0.9)
+    assert task.detection_error(candidate, reference, mask) == pytest.approx(0.3)
+    assert task.match(fp32, int8, 0.5) == [] and task.match(fp32, fp32, 0.5) == [1.0]
+
+
+ANIMALS = ("cat", "dog", "elk", "emu", "fox", "owl", "yak")  # more than 5: top-5 is not trivially 1
+
+
+@pytest.fixture(scope="module")
+def tiny_classifier(tmp_path_factory):
+    """An untrained YOLOv8n-cls of 7 classes exported to ONNX by Ultralytics at imgsz 64, and a val split of
+    differently shaped images. Its batch norms take the statistics of random inputs first: as initialised, the
+    activations fade layer by layer and every image gets the same probabilities, which would prove nothing."""
+    import torch
+    from ultralytics import YOLO
+
+    from tests.test_families import tiny_detector
+
+    folder = tmp_path_factory.mktemp("tiny_cls")
+    weights = tiny_detector(folder / "model", "v8/yolov8-cls.yaml", classes=list(ANIMALS), task="classify")
+    model = YOLO(str(weights))
+    network = model.model.float()
+    for module in network.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.reset_running_stats()
+            module.momentum = None  # the plain average of what it sees
+    torch.manual_seed(0)
+    with torch.no_grad():
+        network.train()(torch.rand(16, 3, 64, 64))
+    network.eval()
+    model.save(str(weights))
+    onnx = YOLO(str(weights)).export(format="onnx", imgsz=64, dynamic=False, simplify=False)
+    data = class_folders(folder / "data", dict.fromkeys(ANIMALS, 3), sizes=((48, 64), (80, 40), (70, 70)))
+    class_folders(folder / "data", dict.fromkeys(ANIMALS, 1), "train")
+    return onnx, data
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_an_exported_classifier_scores_as_ultralytics_predicts_and_validates_it(tiny_classifier, runtime):
+    """On either runtime, every image's top class and probability are Ultralytics' predict() of the same ONNX (same
+    resize and crop), and top-1/top-5 are its val() (seconds)."""
+    from ultralytics import YOLO
+
+    from qgate.evaluator import evaluate
+    from qgate.runtimes import runtime_named
+
+    onnx, data = tiny_classifier
+    dataset = load_class_folders(data)
+    images = split_images(dataset, "val")
+    ours = evaluate(runtime_named(runtime), onnx, images, dataset.names, 64, task=Classify(), precision="f32")
+    theirs = [r.probs.data.numpy() for r in YOLO(onnx, task="classify").predict([str(p) for p in images], imgsz=64,
+                                                                               verbose=False)]
+    assert [d["category_id"] - 1 for d in ours.detections] == [int(p.argmax()) for p in theirs]
+    np.testing.assert_allclose([d["score"] for d in ours.detections], [p.max() for p in theirs], atol=1e-5)
+    assert len({d["category_id"] for d in ours.detections}) > 1  # the images make the model disagree
+    validated = YOLO(onnx, task="classify").val(data=str(data), imgsz=64, batch=1, plots=False, verbose=False)
+    print(f"tiny classifier: qgate {ours.metrics}, Ultralytics top1 {validated.top1:.4f} top5 {validated.top5:.4f}")
+    assert ours.metrics == pytest.approx({"top1": validated.top1, "top5": validated.top5}, abs=1e-6)
+    assert ours.metrics["top5"] < 1
