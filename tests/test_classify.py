@@ -95,6 +95,19 @@ def test_top_k_is_ultralytics_classify_metrics(classes):
     assert first["images"] == own.sum() and first["top1"] == pytest.approx((probabilities[own].argmax(1) == 0).mean())
 
 
+def test_ties_rank_the_lower_class_first_and_a_class_absent_from_val_has_no_accuracy():
+    """Hand-made: equal probabilities rank by class id (a rule, where Ultralytics' torch argsort leaves ties to
+    chance); a class without val images gets no per-class accuracy and does not move the overall one."""
+    tied = classification(np.array([0.1, 0.3, 0.3, 0.3]), 0)
+    assert tied["category_id"] == 2 and tied["ranked"] == [2, 3, 4, 1]
+    truth = {"images": [{"id": 0}, {"id": 1}],
+             "annotations": [{"id": 1, "image_id": 0, "category_id": 3}, {"id": 2, "image_id": 1, "category_id": 1}],
+             "categories": [{"id": c + 1, "name": name} for c, name in enumerate(("a", "b", "c", "d"))]}
+    (top1, top5), per_class = top_k(truth, [tied, classification(np.array([0.7, 0.1, 0.1, 0.1]), 1)])
+    assert (top1, top5) == (0.5, 1.0)
+    assert [(row["images"], row["top1"]) for row in per_class] == [(1, 1.0), (0, None), (1, 0.0), (0, None)]
+
+
 def test_paired_top1_drop_counts_the_images_whose_class_changed():
     """Row 0 is the full set; flipping k of n correct images drops top-1 by exactly k/n, inside its interval, and
     a model against itself drops by 0 on every resample."""
