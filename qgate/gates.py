@@ -182,7 +182,7 @@ def gates(params: Params) -> list[Gate]:
         Gate(f"accuracy_int8_{own.main.key}_floor", f"int8 {own.main.key}", g.min_int8_map50_95,
              ">=" if own.main.higher_is_better else "<=",
              _reader(_map_floor, own), f"INT8 {own.main.title}"),
-        Gate("accuracy_per_class_drop" if own.is_box else f"accuracy_per_class_{own.label}_drop",
+        Gate("accuracy_per_class_drop" if own.unprefixed else f"accuracy_per_class_{own.label}_drop",
              f"worst class {own.main.key} drop", g.max_class_map50_95_drop, "<=", _reader(_class_drop, own),
              f"worst class's {own.main.title} drop"),
         *(Gate(f"accuracy_{own.key(f'{rate}_at_conf_drop')}", own.key(f"{rate}_at_conf_drop"), limit, "<=",

@@ -232,6 +232,12 @@ class PairedDrop:
     samples: int
 
 
+def scoring_weights(images: int, samples: int, seed: int) -> np.ndarray:
+    """Per-image weights of a paired scorer: row 0 counts every image once (the full-set estimate, what the plain
+    metric gives), then one row per seeded resample."""
+    return np.vstack([np.ones((1, images), dtype=np.int64), resample_weights(images, samples, seed)])
+
+
 class PairedScorer:
     """mAP50-95 and mAP50 of any model's detections on the same images under the same seeded resamples.
 
@@ -241,9 +247,7 @@ class PairedScorer:
 
     def __init__(self, ground_truth: dict, samples: int, seed: int, iou_type: str = "bbox"):
         self.ground_truth, self.iou_type = ground_truth, iou_type
-        images = len(ground_truth["images"])
-        # row 0: every image once (the full-set estimate, pycocotools' own numbers); then the resamples
-        self.weights = np.vstack([np.ones((1, images), dtype=np.int64), resample_weights(images, samples, seed)])
+        self.weights = scoring_weights(len(ground_truth["images"]), samples, seed)
         self.samples = samples
 
     def scores(self, detections: list[dict], evaluator=None, area: str = "all") -> tuple[np.ndarray, np.ndarray]:

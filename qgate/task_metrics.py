@@ -55,8 +55,9 @@ class Scored:
         return Metric(self.key(self.bases[1][0]), self.title(self.bases[1][1]))
 
     @property
-    def is_box(self) -> bool:
-        """Boxes: the keys without a prefix, which carry the interval level and resample count."""
+    def unprefixed(self) -> bool:
+        """Keys without a prefix (boxes, a classifier's classes): the family that carries the interval level and
+        resample count."""
         return not self.prefix
 
     def key(self, base: str) -> str:

@@ -18,7 +18,7 @@ from qgate.class_folders import class_ground_truth, class_of
 from qgate.dataset import (coco_ground_truth, coco_keypoint_truth, coco_segment_truth, kpt_oks_sigmas, label_path,
                            read_keypoints, read_labels, read_segments)
 from qgate.errors import QgateError
-from qgate.heads import HEADS, Postprocess, RawHead
+from qgate.heads import HEADS, Postprocess, RawHead, output_layout
 from qgate.intervals import PairedDrop, PairedScorer, paired_drop
 from qgate.masks import grid_masks, instance_masks, mask_iou, paired_mask_iou, rle
 from qgate.preprocess import Letterbox, center_cropped, letterboxed
@@ -26,32 +26,57 @@ from qgate.task_metrics import TASK_METRICS, Scored
 from qgate.topk import TopkScorer, classification, paired_topk_drop, top_k
 
 
-class Detect:
+class Task:
+    """What every task shares: the export record's view of it. A task reads `outputs` of the model's outputs, from
+    the first; `headed` ones read them through a detection head layout (`qgate.heads`) the record names."""
+
+    name: str
+    metrics: object  # its `qgate.task_metrics.TaskMetrics`: what it is scored and judged on
+    outputs = 1
+    headed = False
+
+    @classmethod
+    def from_record(cls, record: dict, head_class=None) -> Task:
+        """The task as the export record describes it: by default nothing in the record changes how it reads."""
+        return cls()
+
+    @classmethod
+    def export_fields(cls, output_shapes: list[list[int]], checkpoint, dataset_yaml: Path) -> dict:
+        """What the export record keeps about this task's outputs (from the exported model's output shapes, the
+        Ultralytics checkpoint and the dataset yaml it is judged on), beyond the class names every record keeps."""
+        return {}
+
+    @classmethod
+    def extra_columns(cls, fields: dict) -> int:
+        """Values the head adds per detection after the class scores, given `export_fields`: none by default."""
+        return 0
+
+    @classmethod
+    def head_layout(cls, shapes: list[list[int]], num_classes: int, where: str, fields: dict) -> str:
+        """The export record's `head_layout`: how the model's first output reads, from its static shape; an error
+        naming `where` for a shape the task cannot read."""
+        raise NotImplementedError
+
+
+class Detect(Task):
     """Boxes: output 0 in one of the detection head layouts (`qgate.heads`), scored by pycocotools `bbox`."""
 
     name = "detect"
-    metrics = TASK_METRICS["detect"]  # what it is scored and judged on
-    outputs = 1  # how many of the model's outputs the task reads, from the first
-    headed = True  # its outputs read through a detection head layout (`qgate.heads`), the export record's
+    metrics = TASK_METRICS["detect"]
+    headed = True
 
     def __init__(self, head=RawHead()):
         self.head = head
 
     @classmethod
-    def from_record(cls, record: dict, head_class) -> Detect:
+    def from_record(cls, record: dict, head_class=None) -> Detect:
         """The task with the head layout class the export record names."""
         return cls(head_class())
 
     @classmethod
-    def export_fields(cls, output_shapes: list[list[int]], checkpoint, dataset_yaml: Path) -> dict:
-        """What the export record keeps about this task's outputs (from the exported model's output shapes, the
-        Ultralytics checkpoint and the dataset yaml it is judged on); boxes need nothing."""
-        return {}
-
-    @classmethod
-    def extra_columns(cls, fields: dict) -> int:
-        """Values the head adds per detection after the class scores, given `export_fields`."""
-        return 0
+    def head_layout(cls, shapes: list[list[int]], num_classes: int, where: str, fields: dict) -> str:
+        """`raw` or `end2end` (`qgate.heads.output_layout`), with the values the task adds per detection."""
+        return output_layout(shapes[0], num_classes, where, cls.extra_columns(fields))
 
     def prepare(self, image: np.ndarray, imgsz: int) -> tuple[np.ndarray, Letterbox]:
         """The model's uint8 BGR input from the original image (letterboxed) and the geometry `predictions` undoes."""
@@ -272,7 +297,7 @@ class Pose(Detect):
         return read_keypoints(label_path(image), len(names), self.kpt_shape)
 
 
-class Classify:
+class Classify(Task):
     """Class probabilities: output 0 is the softmax over classes (Ultralytics' Classify head as exported), one
     prediction per centre-cropped image, scored by top-1 and top-5 accuracy (`qgate.topk`).
 
@@ -281,23 +306,14 @@ class Classify:
 
     name = "classify"
     metrics = TASK_METRICS["classify"]
-    outputs = 1
-    headed = False  # no detection head layout (`qgate.heads`) to read
 
     @classmethod
-    def from_record(cls, record: dict, head_class=None) -> Classify:
-        """The task: nothing in the record changes how a classifier's output reads."""
-        return cls()
-
-    @classmethod
-    def export_fields(cls, output_shapes: list[list[int]], checkpoint, dataset_yaml: Path) -> dict:
-        """Nothing beyond the class names the record keeps for every task."""
-        return {}
-
-    @classmethod
-    def extra_columns(cls, fields: dict) -> int:
-        """No detection rows, so no values after their class scores."""
-        return 0
+    def head_layout(cls, shapes: list[list[int]], num_classes: int, where: str, fields: dict) -> str:
+        """`probabilities`: one row of `num_classes` values, as Ultralytics exports its Classify head (softmax)."""
+        if [int(d) for d in shapes[0]] != [1, num_classes]:
+            raise QgateError(f"{where}: output shape {list(shapes[0])} is not [1, {num_classes}] class probabilities; "
+                             "qgate judges Ultralytics classifiers as exported (one softmax output)")
+        return "probabilities"
 
     def prepare(self, image: np.ndarray, imgsz: int) -> tuple[np.ndarray, None]:
         """The model's uint8 BGR input from the original image: short side to imgsz, centre crop (Ultralytics')."""
@@ -359,7 +375,7 @@ class Classify:
 TASKS = {task.name: task for task in (Detect, Segment, Pose, Classify)}
 
 
-def task_for(record: dict) -> Detect | Classify:
+def task_for(record: dict) -> Task:
     """The task (with its head layout) the export record names; an error for a record written before tasks were."""
     name, layout = record.get("task"), record.get("head_layout")
     if name not in TASKS:

@@ -3,7 +3,7 @@
 A classification is one prediction per image (`classification`): the top class, its probability and the classes
 ranked highest first. Top-1 and top-5 are Ultralytics' (`ClassifyMetrics`): the share of images whose true class
 is the first, or among the first min(5, classes), of the ranking. They are means over images, so a bootstrap
-resample (a weight per image, `qgate.intervals.resample_weights`) is a weighted mean: every resample at once.
+resample (a weight per image, `qgate.intervals.scoring_weights`) is a weighted mean: every resample at once.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from qgate.errors import QgateError
-from qgate.intervals import PairedDrop, paired_scores, resample_weights
+from qgate.intervals import PairedDrop, paired_scores, scoring_weights
 
 TOP_K = 5  # top-5 as Ultralytics and every ImageNet table report it (all the classes when a model has fewer)
 
@@ -55,9 +55,7 @@ class TopkScorer:
 
     def __init__(self, ground_truth: dict, samples: int, seed: int):
         self.ground_truth, self.samples = ground_truth, samples
-        images = len(ground_truth["images"])
-        # row 0: every image once (the full-set accuracy); then the resamples
-        self.weights = np.vstack([np.ones((1, images), dtype=np.int64), resample_weights(images, samples, seed)])
+        self.weights = scoring_weights(len(ground_truth["images"]), samples, seed)
 
     def scores(self, predictions: list[dict], evaluator=None, area: str = "all") -> tuple[np.ndarray, np.ndarray]:
         """Top-1 and top-5: index 0 on the full set, then one per resample (`evaluator` is unused: nothing to

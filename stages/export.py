@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 
 from qgate.cli import run_stage
-from qgate.heads import output_layout
 from qgate.io import atomic_dir, sha256_file, write_json
 from qgate.params import Params
 from qgate.tasks import TASKS
@@ -32,7 +31,7 @@ def main(params: Params) -> dict:
         task = TASKS[model.task]
         shapes = runtime.output_shapes(ir)
         fields = task.export_fields(shapes, model, Path(params.model.dataset))
-        layout = output_layout(shapes[0], len(model.names), params.model.weights, task.extra_columns(fields))
+        layout = task.head_layout(shapes, len(model.names), params.model.weights, fields)
         runtime.save(ir, staging / model_name(params, "fp32"))
         record = _record(params, runtime, model.names, ir, staging) | fields | {
             "task": model.task, "head_layout": layout, "head_decode_ops": len(runtime.decode_ops(ir))}

@@ -13,7 +13,7 @@ from qgate.compare import BAD_CASE_COLUMNS, bad_cases
 from qgate.executors import open_executor
 from qgate.errors import QgateError
 from qgate.cocoeval import area_entries, counted_objects
-from qgate.intervals import PairedDrop, PairedScorer
+from qgate.intervals import PairedDrop, scoring_weights
 from qgate.io import read_json, write_csv, write_json
 from qgate.operating_point import Found, at_threshold, int8_conf
 from qgate.params import Params
@@ -44,7 +44,7 @@ def main(params: Params) -> dict:
     matches = {family: _matched(task, result, baseline_detections, family) for family in task.metrics.scored}
     accuracy = {family: _paired(params, task, family, baseline, baseline_detections, result, matches[family])
                 for family in task.metrics.scored}
-    weights = PairedScorer(result.ground_truth, cfg.bootstrap_samples, cfg.seed).weights
+    weights = scoring_weights(len(result.ground_truth["images"]), cfg.bootstrap_samples, cfg.seed)
     log.info("bootstrap took %.2f s (logged only: autofix depends on the metrics file)", time.perf_counter() - start)
     log.info("[3/3] int8_eval: ranking images by FP32/INT8 disagreement")
     cases = bad_cases(baseline_detections, result.detections, result.ground_truth["images"],
@@ -156,7 +156,7 @@ def interval_metrics(paired: PairedDrop, family: Scored = BOX) -> dict:
         f"baseline_{main.key}_ci_low": round(paired.fp32.low, 5),
         f"baseline_{main.key}_ci_high": round(paired.fp32.high, 5),
         main.stat("drop_resolution"): round(paired.drop.half_width, 5),
-        **({"ci_level": paired.drop.level, "bootstrap_samples": paired.samples} if family.is_box else {}),
+        **({"ci_level": paired.drop.level, "bootstrap_samples": paired.samples} if family.unprefixed else {}),
     }
 
 

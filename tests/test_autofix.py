@@ -123,7 +123,7 @@ def test_a_candidate_s_at_threshold_drops_are_int8_eval_s(tmp_path, evaluated_pr
     below it is a failure naming the rate. The untrained model's scores are tiny: it ships at the lowest."""
     from qgate.artifacts import export_record, require_int8_model
     from qgate.deployment_checks import AtConf, at_conf_checks, failures
-    from qgate.intervals import PairedScorer
+    from qgate.intervals import scoring_weights
     from qgate.pipeline import evaluate_model
     from qgate.tasks import task_for
 
@@ -134,7 +134,8 @@ def test_a_candidate_s_at_threshold_drops_are_int8_eval_s(tmp_path, evaluated_pr
     monkeypatch.chdir(project)
     params = load_params(Path("params.yaml"))
     result = evaluate_model(params, require_int8_model(params), export_record(params))
-    weights = PairedScorer(result.ground_truth, params.int8_eval.bootstrap_samples, params.int8_eval.seed).weights
+    weights = scoring_weights(len(result.ground_truth["images"]), params.int8_eval.bootstrap_samples,
+                              params.int8_eval.seed)
     task = task_for(export_record(params))
     at_conf = AtConf(params, task, task.metrics.primary, result.ground_truth,
                      _json(project, "artifacts/baseline_detections.json"), weights)

@@ -4,6 +4,8 @@ untrained YOLOv8n-cls exported to ONNX scored image by image as Ultralytics pred
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import cv2
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from qgate.errors import QgateError
 from qgate.heads import Postprocess
 from qgate.preprocess import center_cropped, to_tensor
 from qgate.task_metrics import TASK_METRICS
-from qgate.tasks import Classify, task_for
+from qgate.tasks import Classify, Detect, task_for
 from qgate.topk import TopkScorer, classification, paired_topk_drop, top_k
 
 CLASSES = ("cat", "dog", "fox")
@@ -193,3 +195,18 @@ def test_an_exported_classifier_scores_as_ultralytics_predicts_and_validates_it(
     print(f"tiny classifier: qgate {ours.metrics}, Ultralytics top1 {validated.top1:.4f} top5 {validated.top5:.4f}")
     assert ours.metrics == pytest.approx({"top1": validated.top1, "top5": validated.top5}, abs=1e-6)
     assert ours.metrics["top5"] < 1
+
+
+def test_the_export_record_reads_a_classifier_s_output_as_probabilities_and_refuses_a_detector_s(tiny_classifier):
+    """The task owns its head layout: the exported -cls model's one output is `probabilities`; a detection output
+    handed to the classifier (or the classifier's to a detector) is refused naming the file and both shapes."""
+    from qgate.runtimes import runtime_named
+
+    onnx, _ = tiny_classifier
+    runtime = runtime_named("openvino")
+    shapes = runtime.output_shapes(runtime.from_onnx(Path(onnx), onnx, False))
+    assert Classify.head_layout(shapes, len(ANIMALS), "cls.pt", {}) == "probabilities"
+    with pytest.raises(QgateError, match=r"^cls.pt: output shape \[1, 7\] is neither"):
+        Detect.head_layout(shapes, len(ANIMALS), "cls.pt", {})
+    with pytest.raises(QgateError, match=r"^det.pt: output shape \[1, 11, 1344\] is not \[1, 7\] class probabilities"):
+        Classify.head_layout([[1, 11, 1344]], len(ANIMALS), "det.pt", {})
