@@ -36,14 +36,16 @@ CLUSTER_TIMEOUT_S = 300  # Ray's own joins and waits are bounded by compute.time
 def pytest_collection_modifyitems(items):
     """Tier marks from what a test uses: `cluster` when it starts Ray, `model` when it builds a tiny model; and the
     lane each test runs in under `make test` (pytest-xdist, `--dist loadgroup`): a test shares a worker with every
-    other test of its file (module fixtures are built once), and everything on the demo's pipeline outputs or a Ray
-    cluster shares one lane (`demo_checkout` is built once, and two Ray clusters never start at once)."""
+    other test of its file (module fixtures are built once); everything on the demo's pipeline outputs shares one
+    lane (`demo_checkout` is built once), and every other Ray test another (`ray`): their waits for Ray's own
+    timeouts overlap the other lane's work instead of lengthening the demo's, the longest."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
-        shared = "demo_checkout" in used or item.module.__name__.endswith("test_compute")
+        ray = used & CLUSTER_FIXTURES or item.get_closest_marker("cluster")
+        lane = "demo" if "demo_checkout" in used else "ray" if ray else item.module.__name__
         if not item.get_closest_marker("xdist_group"):  # a test may name its lane (a fixture it reaches at run time)
-            item.add_marker(pytest.mark.xdist_group("demo" if shared else item.module.__name__))
-        if used & CLUSTER_FIXTURES or item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group(lane))
+        if ray:
             item.add_marker(pytest.mark.cluster)
             if not item.get_closest_marker("timeout"):
                 item.add_marker(pytest.mark.timeout(CLUSTER_TIMEOUT_S))

@@ -78,8 +78,11 @@ def test_baseline_and_int8_eval_on_ray_match_local(tmp_path, quantized_project, 
         assert _metrics(remote / name) == _metrics(local / name), name
 
 
+SHIFTED = "dark"  # the shift tune judges each passing candidate under (one severity: each is two evaluations)
 RACED = ("candidate", "status", "why", "images", "evaluations", "map50_95_drop", "map50_95_drop_ci_low",
-         "map50_95_drop_ci_high")  # tune.csv's racing columns: the speed ones are benchmark_app's, on the driver
+         "map50_95_drop_ci_high", f"shift_{SHIFTED}_drop", f"shift_{SHIFTED}_drop_ci_low",
+         f"shift_{SHIFTED}_drop_ci_high")  # tune.csv's racing and shift columns: the speed ones are benchmark_app's,
+# on the driver
 
 
 def raced(row: dict) -> dict:
@@ -90,13 +93,16 @@ def raced(row: dict) -> dict:
 
 def test_tune_races_the_same_candidates_on_ray(tmp_path, quantized_project, tiny_weights, ray_cluster):
     """tune's INT8 models exist only in memory and are predicted a subset at a time: every candidate scores the
-    same on the cluster, subset by subset, and stops for the same reason."""
+    same on the cluster, subset by subset, stops for the same reason, and has the same drop under a shift (its
+    shifted copies of the val images are predicted on the cluster too)."""
     import csv
 
-    # two models scored (one quantizing to a model scored already is tune's own test: test_tune.py)
+    # two models scored (one quantizing to a model scored already is tune's own test: test_tune.py); one shift at
+    # one severity (CI time: the defaults are 8 more evaluations a candidate, the same code)
     tune = {"tune__space": {"preset": ["mixed", "performance"], "model_type": ["none"],
                             "fast_bias_correction": [True], "range_estimator": ["default"],
-                            "subset_size": [300], "keep_decode_float": [True]}, "tune__first_images": 2}
+                            "subset_size": [300], "keep_decode_float": [True]}, "tune__first_images": 2,
+            "robustness__shifts": [SHIFTED], "robustness__severities": [2]}
     local = copy_project(quantized_project, tmp_path / "local", tiny_weights, **tune)
     remote = copy_project(quantized_project, tmp_path / "ray", tiny_weights, **tune, **ray_compute(ray_cluster))
     tables = []
@@ -105,6 +111,7 @@ def test_tune_races_the_same_candidates_on_ray(tmp_path, quantized_project, tiny
         with open(project / "reports/tune.csv") as handle:
             tables.append([raced(row) for row in csv.DictReader(handle)])
     assert tables[0] == tables[1] and [row["status"] for row in tables[0]] == ["passed", "passed"]
+    assert all(row[f"shift_{SHIFTED}_drop"] != "" for row in tables[0])  # each was judged under the shift
 
 
 def test_an_autofix_candidate_evaluates_the_same_on_ray(quantized_project, ray_cluster):

@@ -143,7 +143,6 @@ def test_a_killed_export_leaves_a_staging_folder_that_the_next_run_removes_and_e
 
 
 @pytest.mark.cluster
-@pytest.mark.xdist_group("demo")  # the lane of every Ray test: two Ray instances never start at once
 def test_a_killed_stage_on_a_private_ray_instance_takes_the_instance_along(tmp_path, quantized_project, tiny_weights):
     """A stage with `compute.executor: ray` and no address starts its own Ray instance (GCS, raylet, workers): Ray
     ties them to the stage, so SIGKILL of the stage ends them, the next run completes, and Ray's agents end on
