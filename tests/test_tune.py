@@ -62,8 +62,8 @@ def test_tune_on_a_tiny_model(tmp_path, quantized_project, tiny_weights):
     """NNCF's default range estimator for activations is mean_minmax: those candidates are the same INT8 model,
     named, not scored again; the others go through every subset (2, 4, 6 images) and are benchmarked. autofix's
     float scope is one more candidate (the current settings with its ops float): another model, raced alike."""
-    project = copy_project(quantized_project, tmp_path, tiny_weights,
-                           tune__space=SPACE, tune__first_images=2)
+    project = copy_project(quantized_project, tmp_path, tiny_weights,  # CI time: each default shift, at one severity
+                           tune__space=SPACE, tune__first_images=2, robustness__severities=[2])
     kept_float = _autofix_keeps_float(project, 2)
     result = stage("tune", project)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -152,7 +152,7 @@ def test_deploy_sizes_are_candidates_judged_against_fp32_at_model_imgsz(tmp_path
     detections at model.imgsz and timed against FP32 at model.imgsz: another model than c0's."""
     one_each = {key: [value[0]] for key, value in SPACE.items()}
     project = copy_project(quantized_project, tmp_path, tiny_weights, tune__space=one_each, tune__imgsz=[128, 64, 64],
-                           tune__first_images=6)
+                           tune__first_images=6, robustness__shifts=[])  # CI time: shifts are the test above's
     result = stage("tune", project)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "exporting" in result.stderr and "at imgsz 64" in result.stderr
