@@ -41,7 +41,7 @@ from qgate.runtimes.openvino import OpenVINO  # noqa: E402
 from qgate.params import Params, load_params  # noqa: E402
 from benchmarks.workspace import ROOT, inside, rooted  # noqa: E402
 from qgate.artifacts import fp32_model  # noqa: E402
-from qgate.calibration import calibration_images  # noqa: E402
+from qgate.calibration import Calibration  # noqa: E402
 from qgate.precision import rule_scope  # noqa: E402
 from qgate.runtimes import nncf_settings  # noqa: E402
 from qgate.runtimes.openvino.benchmark_app import run_benchmark_app  # noqa: E402
@@ -58,7 +58,7 @@ def reference_params(params: Params, reference: Path) -> Params:
 
 def run_qgate(params: Params, work: Path) -> tuple[Path, float]:
     dataset = load_dataset(params.model.dataset)
-    calibration = calibration_images(params, dataset)
+    calibration = Calibration.of(params, dataset)
     start = time.perf_counter()
     fp32 = ov.Core().read_model(fp32_model(params))
     model = nncf_settings.quantize(fp32, calibration, params, list(rule_scope(OpenVINO(), fp32, params)))
@@ -102,7 +102,7 @@ def accuracy_control(params: Params, work: Path, tune_hyperparams: bool = False)
 
     dataset = load_dataset(params.model.dataset)
     imgsz = params.model.imgsz
-    calibration = calibration_images(params, dataset)
+    calibration = Calibration.of(params, dataset)
     val = split_images(dataset, params.baseline.split)
     postprocess = baseline_postprocess(params)
     scored = 0
@@ -116,8 +116,8 @@ def accuracy_control(params: Params, work: Path, tune_hyperparams: bool = False)
     fp32 = ov.Core().read_model(fp32_model(params))
     start = time.perf_counter()
     model = nncf.quantize_with_accuracy_control(
-        fp32, nncf_settings.calibration_dataset(calibration, imgsz), nncf.Dataset(val), validate,
-        max_drop=params.gates.max_map50_95_drop, subset_size=len(calibration),
+        fp32, nncf_settings.calibration_dataset(calibration), nncf.Dataset(val), validate,
+        max_drop=params.gates.max_map50_95_drop, subset_size=len(calibration.images),
         advanced_quantization_parameters=nncf_settings.advanced_parameters(params.quantize),
         advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(tune_hyperparams=tune_hyperparams),
         **nncf_settings.nncf_settings(params, list(rule_scope(OpenVINO(), fp32, params))))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qgate.dataset import Dataset, load_dataset
+from qgate.dataset import Dataset
 from qgate.errors import QgateError
 from qgate.io import read_json, sha256_file
 from qgate.params import Params
@@ -71,8 +71,10 @@ def export_record(params: Params) -> dict:
 
 
 def model_dataset(params: Params, record: dict) -> Dataset:
-    """The dataset of `model.dataset`, whose class names must be the model's."""
-    dataset = load_dataset(params.model.dataset)
+    """The dataset of `model.dataset` in the layout the record's task reads, whose class names must be the model's."""
+    from qgate.tasks import task_for  # here: the gates read this module and must not import a task's scoring
+
+    dataset = task_for(record).dataset(params.model.dataset)
     if list(dataset.names) != record["class_names"]:
         raise QgateError(f"{dataset.yaml_path}: {len(dataset.names)} class names differ from the model's "
                          f"{record['num_classes']}; use the dataset the model was trained on")

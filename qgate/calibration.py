@@ -1,4 +1,5 @@
-"""Which images calibrate the quantizer: a seeded subset of the calibration split, never the scored one unless allowed.
+"""Which images calibrate the quantizer (a seeded subset of the calibration split, never the scored one unless
+allowed) and how each becomes the model's input: as the task prepares it.
 
 The quantize stage takes them once; `tune` once for every candidate config.
 """
@@ -6,15 +7,40 @@ The quantize stage takes them once; `tune` once for every candidate config.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from qgate.dataset import Dataset, split_images
 from qgate.errors import QgateError
 from qgate.params import Params
+from qgate.preprocess import image_tensor, letterboxed
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The calibration images and how each becomes the FP32 model's input: the task's `prepare` (letterbox for
+    detection, centre crop for classification) at `imgsz`."""
+
+    images: list[Path]
+    imgsz: int
+    prepare: Callable = letterboxed
+
+    def tensor(self, path: Path) -> np.ndarray:
+        """One calibration image as the input tensor; an unreadable one is named with the fix."""
+        try:
+            return image_tensor(path, self.imgsz, prepare=self.prepare)
+        except QgateError as exc:
+            raise QgateError(f"{path}: unreadable calibration image; remove it from the split") from exc
+
+    @classmethod
+    def of(cls, params: Params, dataset: Dataset, prepare: Callable = letterboxed) -> Calibration:
+        """`calibration_images` of `dataset` at `model.imgsz`, prepared by the task's `prepare`."""
+        return cls(calibration_images(params, dataset), params.model.imgsz, prepare)
 
 
 def calibration_images(params: Params, dataset: Dataset) -> list[Path]:

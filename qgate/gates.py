@@ -185,11 +185,7 @@ def gates(params: Params) -> list[Gate]:
         Gate("accuracy_per_class_drop" if own.unprefixed else f"accuracy_per_class_{own.label}_drop",
              f"worst class {own.main.key} drop", g.max_class_map50_95_drop, "<=", _reader(_class_drop, own),
              f"worst class's {own.main.title} drop"),
-        *(Gate(f"accuracy_{own.key(f'{rate}_at_conf_drop')}", own.key(f"{rate}_at_conf_drop"), limit, "<=",
-               _reader(_at_conf_drop, own, rate), f"{own.title(title)} at deploy.conf drop, FP32 - INT8")
-          for rate, title, limit in (("recall", "recall", g.max_recall_drop), ("f1", "F1", g.max_f1_drop))),
-        Gate(f"accuracy_{own.key('small_map50_95_drop')}", own.key("small_map50_95_drop"), g.max_small_map50_95_drop,
-             "<=", _reader(_small_drop, own), f"{own.main.title} drop on small objects"),
+        *(_object_gates(g, own) if task.objects else ()),
         *(Gate(f"accuracy_shift_{name}_{own.main.stat('drop')}", f"{name} {own.main.stat('drop')}",
                g.max_shift_map50_95_drop, "<=", _reader(_shift_drop, own, name),
                f"{own.main.title} drop under {name.replace('_', ' ')}, FP32 - INT8")
@@ -207,6 +203,18 @@ def gates(params: Params) -> list[Gate]:
              "ignored ops not in float"),
         Gate("provenance_same_model", "files from another model", 0, "<=", _provenance,
              "files from another model"),
+    ]
+
+
+def _object_gates(g, own: Scored) -> list[Gate]:
+    """The gates of a task whose predictions are objects with a confidence: at the deployed threshold, and on small
+    objects (a classifier's one class per image has neither)."""
+    return [
+        *(Gate(f"accuracy_{own.key(f'{rate}_at_conf_drop')}", own.key(f"{rate}_at_conf_drop"), limit, "<=",
+               _reader(_at_conf_drop, own, rate), f"{own.title(title)} at deploy.conf drop, FP32 - INT8")
+          for rate, title, limit in (("recall", "recall", g.max_recall_drop), ("f1", "F1", g.max_f1_drop))),
+        Gate(f"accuracy_{own.key('small_map50_95_drop')}", own.key("small_map50_95_drop"), g.max_small_map50_95_drop,
+             "<=", _reader(_small_drop, own), f"{own.main.title} drop on small objects"),
     ]
 
 

@@ -14,7 +14,7 @@ from qgate.evaluator import portable_images
 from qgate.preprocess import EncodedImage, image_tensor
 from qgate.heads import Postprocess
 from qgate.groups import Group
-from qgate.tasks import Detect
+from qgate.tasks import Detect, Task
 
 COMPILE_AHEAD = 2  # local: groups compiled on threads ahead of the one inferring
 
@@ -35,7 +35,7 @@ class GroupScoring:
     fp32_detections: list[list[dict]]
     settings: Postprocess
     iou: float
-    task: Detect
+    task: Task
     error: Callable
 
 
@@ -53,7 +53,7 @@ def score_groups(runtime, fp32, int8, groups: list[Group], images: list[Path], i
     """
     error = error or task.detection_error
     executor = executor or LocalExecutor()
-    inputs = [image_tensor(path, imgsz) for path in images]
+    inputs = [image_tensor(path, imgsz, prepare=task.prepare) for path in images]
     reference = runtime.head_outputs(runtime.compile(fp32, precision, uint8_input=False), inputs, task.outputs)
     quantized = runtime.head_outputs(runtime.compile(int8, precision, uint8_input=False), inputs, task.outputs)
     # none on an empty image: it adds no error (every anchor's box there is noise, which drowned the rest)
@@ -72,7 +72,7 @@ def score_groups(runtime, fp32, int8, groups: list[Group], images: list[Path], i
 
 def _load(scoring: GroupScoring, threads: int | None) -> tuple[dict, None]:
     state = {"scoring": scoring, "threads": threads, "fp32": scoring.fp32.load(), "int8": scoring.int8.load(),
-             "inputs": [image_tensor(source, scoring.imgsz) for source in scoring.images]}
+             "inputs": [image_tensor(source, scoring.imgsz, prepare=scoring.task.prepare) for source in scoring.images]}
     return state, None
 
 

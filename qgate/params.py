@@ -289,6 +289,7 @@ class GatesParams:
     max_map50_95_drop: float
     max_mask_map50_95_drop: float
     max_pose_map50_95_drop: float
+    max_top1_drop: float
     max_map50_95_drop_rel: float | None
     min_int8_map50_95: float | None
     max_class_map50_95_drop: float | None
@@ -312,7 +313,7 @@ class GatesParams:
     def max_drop(self) -> dict[str, float]:
         """Each scored metric's drop limit, by the metric's key: the one mapping gates, tune and its page read."""
         return {"map50_95": self.max_map50_95_drop, "mask_map50_95": self.max_mask_map50_95_drop,
-                "pose_map50_95": self.max_pose_map50_95_drop}
+                "pose_map50_95": self.max_pose_map50_95_drop, "top1": self.max_top1_drop}
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,8 @@ def _image_size(path: Path, key: str, size: int, listed: bool = False) -> None:
 
 def _check_gates(gates: Any, path: Path) -> None:
     """Each threshold within the range of what it limits, so that no value switches its gate off unseen."""
-    fractions = ("max_map50_95_drop", "max_mask_map50_95_drop", "max_pose_map50_95_drop", "max_map50_95_drop_rel",
+    fractions = ("max_map50_95_drop", "max_mask_map50_95_drop", "max_pose_map50_95_drop", "max_top1_drop",
+                 "max_map50_95_drop_rel",
                  "min_int8_map50_95", "max_class_map50_95_drop", "max_layers_below_sqnr_floor_frac", "max_recall_drop",
                  "max_f1_drop", "max_small_map50_95_drop", "max_shift_map50_95_drop")
     for key in fractions:

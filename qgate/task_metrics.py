@@ -77,10 +77,15 @@ CLASSES = Scored("classes", "", "class", named=False, bases=(("top1", "top-1 acc
 
 @dataclass(frozen=True)
 class TaskMetrics:
-    """A task's scored families, boxes first; the last is the task's own metric, the one it is judged on first."""
+    """A task's scored families, boxes first; the last is the task's own metric, the one it is judged on first.
+
+    `objects`: its predictions are objects with a confidence (boxes, masks, keypoints), so the analyses of a
+    deployed threshold (recall, F1, the score shift) and of object sizes apply; a classifier's one class per image
+    has neither."""
 
     name: str
     scored: tuple[Scored, ...]
+    objects: bool = True
 
     @property
     def primary(self) -> Scored:
@@ -96,7 +101,7 @@ TASK_METRICS = {task.name: task for task in (
     TaskMetrics("detect", (BOX,)),
     TaskMetrics("segment", (Scored("bbox", "", "box"), MASK)),
     TaskMetrics("pose", (Scored("bbox", "", "box"), KEYPOINTS)),
-    TaskMetrics("classify", (CLASSES,)),
+    TaskMetrics("classify", (CLASSES,), objects=False),
 )}
 # export refuses the others: OBB, and classify until every stage runs a classifier (qgate.tasks.Classify scores one)
 GATED_TASKS = ["detect", "segment", "pose"]

@@ -14,9 +14,9 @@ import numpy as np
 from qgate.cocoeval import coco_map, matched
 from qgate.compare import match
 from qgate import keypoints
-from qgate.class_folders import class_ground_truth, class_of
-from qgate.dataset import (coco_ground_truth, coco_keypoint_truth, coco_segment_truth, kpt_oks_sigmas, label_path,
-                           read_keypoints, read_labels, read_segments)
+from qgate.class_folders import class_ground_truth, class_of, load_class_folders
+from qgate.dataset import (Dataset, coco_ground_truth, coco_keypoint_truth, coco_segment_truth, kpt_oks_sigmas,
+                           label_path, load_dataset, read_keypoints, read_labels, read_segments)
 from qgate.errors import QgateError
 from qgate.heads import HEADS, Postprocess, RawHead, output_layout
 from qgate.intervals import PairedDrop, PairedScorer, paired_drop
@@ -56,6 +56,16 @@ class Task:
         """The export record's `head_layout`: how the model's first output reads, from its static shape; an error
         naming `where` for a shape the task cannot read."""
         raise NotImplementedError
+
+    @classmethod
+    def dataset(cls, path: str | Path) -> Dataset:
+        """The dataset `model.dataset` names, in the layout the task is judged on: an Ultralytics dataset yaml (a
+        folder is refused in one line: a folder of class folders is a classifier's)."""
+        if Path(path).is_dir():
+            raise QgateError(f"{path}: is a folder; a {cls.name} model is judged on an Ultralytics dataset yaml "
+                             "(names, path, val): set model.dataset to that yaml (a folder of class folders is a "
+                             "classification dataset)")
+        return load_dataset(path)
 
 
 class Detect(Task):
@@ -314,6 +324,16 @@ class Classify(Task):
             raise QgateError(f"{where}: output shape {list(shapes[0])} is not [1, {num_classes}] class probabilities; "
                              "qgate judges Ultralytics classifiers as exported (one softmax output)")
         return "probabilities"
+
+    @classmethod
+    def dataset(cls, path: str | Path) -> Dataset:
+        """A folder of split folders of class folders (Ultralytics' classification layout); a file is refused in
+        one line (a dataset yaml of boxes is a detector's)."""
+        if Path(path).is_file():
+            raise QgateError(f"{path}: is a file; a classify model is judged on a folder of class folders "
+                             "(<folder>/val/<class>/<image>, Ultralytics' layout), not a dataset yaml: set "
+                             "model.dataset to that folder")
+        return load_class_folders(path)
 
     def prepare(self, image: np.ndarray, imgsz: int) -> tuple[np.ndarray, None]:
         """The model's uint8 BGR input from the original image: short side to imgsz, centre crop (Ultralytics')."""

@@ -176,7 +176,7 @@ class _Capture:
         output_stats, instrumentation_sq = LayerStats(), [0.0, 0.0]
         detections = DetectionError(task, params.int8_eval.bad_case_conf)
         for path, shift, index in tqdm(views, desc="divergence", unit="img", leave=False, disable=None):
-            tensor = image_tensor(path, params.model.imgsz, shift, index)
+            tensor = image_tensor(path, params.model.imgsz, shift, index, task.prepare)
             ref, test, plain = (runtime.infer(compiled, tensor) for compiled in self.compiled)
             for key in keys:
                 stats[key].update(ref[position[key]], test[position[key]])

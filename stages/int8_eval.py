@@ -19,7 +19,7 @@ from qgate.operating_point import Found, at_threshold, int8_conf
 from qgate.params import Params
 from qgate.artifacts import export_record, int8_weights_sha256, require_int8_model
 from qgate.pipeline import evaluate_model
-from qgate.task_metrics import BOX, Scored
+from qgate.task_metrics import Scored
 from qgate.tasks import Detect, task_for
 
 log = logging.getLogger(__name__)
@@ -47,8 +47,9 @@ def main(params: Params) -> dict:
     weights = scoring_weights(len(result.ground_truth["images"]), cfg.bootstrap_samples, cfg.seed)
     log.info("bootstrap took %.2f s (logged only: autofix depends on the metrics file)", time.perf_counter() - start)
     log.info("[3/3] int8_eval: ranking images by FP32/INT8 disagreement")
+    objects = task.metrics.objects  # a classifier's bad case is any image whose class changed, at any confidence
     cases = bad_cases(baseline_detections, result.detections, result.ground_truth["images"],
-                      cfg.bad_case_conf, cfg.bad_case_iou, task.match)
+                      cfg.bad_case_conf if objects else 0.0, cfg.bad_case_iou, task.match)
     box, *own = task.metrics.scored
     metrics = {
         **drop_metrics(box, baseline, result),
@@ -56,14 +57,15 @@ def main(params: Params) -> dict:
         "instances": result.instances,
         "images_changed": sum(c["disagreement"] > 0 for c in cases),
         "mean_disagreement": round(sum(c["disagreement"] for c in cases) / max(len(cases), 1), 5),
-        **interval_metrics(accuracy[box]),
-        "deploy_conf": params.deploy.conf, "deploy_int8_conf": int8_conf(params.deploy),
+        **interval_metrics(accuracy[box], box),
+        **({"deploy_conf": params.deploy.conf, "deploy_int8_conf": int8_conf(params.deploy)} if objects else {}),
     }
     for family in own:  # masks of a segment model: the same keys, prefixed
         metrics |= drop_metrics(family, baseline, result) | interval_metrics(accuracy[family], family)
-    for family in task.metrics.scored:
-        metrics |= _operating_point(params, family, result, matches[family], weights)
-        metrics |= _size_drops(params, task, family, baseline_detections, result, matches[family])
+    if objects:  # at the deployed threshold, and per object size
+        for family in task.metrics.scored:
+            metrics |= _operating_point(params, family, result, matches[family], weights)
+            metrics |= _size_drops(params, task, family, baseline_detections, result, matches[family])
     metrics |= {"inference_precision": result.precision, "model_sha256": record["model_sha256"],
                 "int8_ir_bin_sha256": int8_weights_sha256(params)}
     write_json(cfg.detections, result.detections)
@@ -139,10 +141,11 @@ def drop_metrics(family: Scored, baseline: dict, result) -> dict:
     }
 
 
-def interval_metrics(paired: PairedDrop, family: Scored = BOX) -> dict:
-    """The bootstrap intervals as flat metrics: drops, each model's value, and the drop this val set resolves.
+def interval_metrics(paired: PairedDrop, family: Scored) -> dict:
+    """The bootstrap intervals of one family as flat metrics: drops, each model's value, and the drop this val set
+    resolves.
 
-    The level and the resample count are written once, with the boxes' intervals.
+    The level and the resample count are written once, with the unprefixed family's (boxes, a classifier's classes).
     """
     main, second = family.main, family.second
     return {

@@ -11,9 +11,10 @@ from qgate.deploy import quantizer_in_force
 from qgate.io import atomic_dir, write_csv, write_json
 from qgate.params import Params
 from qgate.artifacts import export_record, fp32_model, int8_weights_sha256, model_dataset, model_name, weights_file
-from qgate.calibration import calibration_images, overlap
+from qgate.calibration import Calibration, overlap
 from qgate.precision import DECODE_RULE, OUTPUT_LAYER_RULE, PRECISION_COLUMNS, SCOPE_RULE, rule_scope
 from qgate.runtimes import Runtime, runtime_for
+from qgate.tasks import task_for
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ def main(params: Params) -> dict:
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
     dataset = model_dataset(params, record)
-    calibration = calibration_images(params, dataset)
+    calibration = Calibration.of(params, dataset, task_for(record).prepare)
     runtime = runtime_for(params)
     quantizer = quantizer_in_force(runtime.name, cfg.quantizer)
     model = runtime.read(fp32_model(params))
@@ -33,7 +34,7 @@ def main(params: Params) -> dict:
     rules = rule_scope(runtime, model, params)
     matches = rules | runtime.scope_matches(model, cfg.ignored_scope, fp32_model(params))
     log.info("[2/3] quantize: the %s quantizer for %s on %d calibration images, %d head ops kept float by rule",
-             quantizer, runtime.name, len(calibration), len(rules))
+             quantizer, runtime.name, len(calibration.images), len(rules))
     start = time.perf_counter()
     quantized = runtime.quantize(model, calibration, params, list(rules))
     seconds = time.perf_counter() - start
@@ -48,8 +49,8 @@ def main(params: Params) -> dict:
         "ops_ignored_by_scope": sum(row["why"].startswith(SCOPE_RULE) for row in rows),
         "ops_float_by_decode_rule": sum(row["why"] == DECODE_RULE for row in rows),
         "ops_float_by_output_layer_rule": sum(row["why"] == OUTPUT_LAYER_RULE for row in rows),
-        "calibration_images": len(calibration),
-        "calibration_overlaps_val": int(overlap(params, dataset, calibration) > 0),
+        "calibration_images": len(calibration.images),
+        "calibration_overlaps_val": int(overlap(params, dataset, calibration.images) > 0),
         "quantize_seconds": round(seconds, 2),
         "int8_ir_size_mb": sizes,
         "preset": cfg.preset,

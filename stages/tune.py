@@ -29,7 +29,7 @@ from qgate.params import Params, TuneSpaceParams, as_dict, ignored_scope
 from qgate.paste import paste_block
 from qgate.precision import rule_scope
 from qgate.pipeline import baseline_postprocess, val_images
-from qgate.calibration import calibration_images
+from qgate.calibration import Calibration
 from qgate.racing import (DROPPED, FAILED, PASSED, SAME, UNFINISHED, Budget, Candidate, Fastest, Limit, Race, contested,
                           fastest)
 from qgate.runtimes import runtime_for
@@ -269,7 +269,7 @@ class SubsetScorer:
             params = with_settings(self.params, candidate.settings)
             log.info("tune %s: quantizing with %s", candidate.name, candidate.settings)
             fp32 = self.fp32_at(params.model.imgsz)
-            calibration = calibration_images(params, model_dataset(params, self.record))
+            calibration = Calibration.of(params, model_dataset(params, self.record), self.task.prepare)
             self.models[candidate.name] = self.runtime.quantize(fp32, calibration, params,
                                                                 list(rule_scope(self.runtime, fp32, params)))
         return self.models[candidate.name]

@@ -4,6 +4,9 @@ untrained YOLOv8n-cls exported to ONNX scored image by image as Ultralytics pred
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import re
 from pathlib import Path
 
 import cv2
@@ -18,6 +21,7 @@ from qgate.preprocess import center_cropped, to_tensor
 from qgate.task_metrics import TASK_METRICS
 from qgate.tasks import Classify, Detect, task_for
 from qgate.topk import TopkScorer, classification, paired_topk_drop, top_k
+from tests.conftest import DEMO_CLASSES
 
 CLASSES = ("cat", "dog", "fox")
 
@@ -170,7 +174,7 @@ def tiny_classifier(tmp_path_factory):
     onnx = YOLO(str(weights)).export(format="onnx", imgsz=64, dynamic=False, simplify=False)
     data = class_folders(folder / "data", dict.fromkeys(ANIMALS, 3), sizes=((48, 64), (80, 40), (70, 70)))
     class_folders(folder / "data", dict.fromkeys(ANIMALS, 1), "train")
-    return onnx, data
+    return onnx, data, weights
 
 
 @pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
@@ -182,7 +186,7 @@ def test_an_exported_classifier_scores_as_ultralytics_predicts_and_validates_it(
     from qgate.evaluator import evaluate
     from qgate.runtimes import runtime_named
 
-    onnx, data = tiny_classifier
+    onnx, data, _ = tiny_classifier
     dataset = load_class_folders(data)
     images = split_images(dataset, "val")
     ours = evaluate(runtime_named(runtime), onnx, images, dataset.names, 64, task=Classify(), precision="f32")
@@ -202,7 +206,7 @@ def test_the_export_record_reads_a_classifier_s_output_as_probabilities_and_refu
     handed to the classifier (or the classifier's to a detector) is refused naming the file and both shapes."""
     from qgate.runtimes import runtime_named
 
-    onnx, _ = tiny_classifier
+    onnx, *_ = tiny_classifier
     runtime = runtime_named("openvino")
     shapes = runtime.output_shapes(runtime.from_onnx(Path(onnx), onnx, False))
     assert Classify.head_layout(shapes, len(ANIMALS), "cls.pt", {}) == "probabilities"
@@ -210,3 +214,115 @@ def test_the_export_record_reads_a_classifier_s_output_as_probabilities_and_refu
         Detect.head_layout(shapes, len(ANIMALS), "cls.pt", {})
     with pytest.raises(QgateError, match=r"^det.pt: output shape \[1, 11, 1344\] is not \[1, 7\] class probabilities"):
         Classify.head_layout([[1, 11, 1344]], len(ANIMALS), "det.pt", {})
+
+
+def test_a_dataset_of_the_other_task_is_refused_in_one_line(tmp_path, exported_project, tiny_weights):
+    """A folder of class folders given to a detector stops its first stage in one line, exit 2, no metrics file;
+    a detection dataset yaml given to a classifier is refused likewise where every stage reads its dataset
+    (`model_dataset`: no stage reaches a classifier yet, export refuses -cls)."""
+    from qgate.artifacts import model_dataset
+    from qgate.params import load_params
+    from tests.conftest import assert_fails_cleanly, copy_project
+
+    folders = class_folders(tmp_path / "animals", dict.fromkeys(DEMO_CLASSES, 1))
+    project = copy_project(exported_project, tmp_path / "project", tiny_weights, model__dataset=str(folders))
+    (project / "metrics/baseline.json").unlink(missing_ok=True)
+    assert_fails_cleanly("baseline", project, [f"{folders}: is a folder; a detect model is judged on an Ultralytics "
+                                               "dataset yaml", "set model.dataset to that yaml"],
+                         "metrics/baseline.json")
+
+    detection_yaml = project / "data" / "data.yaml"
+    params = load_params(copy_project(exported_project, tmp_path / "classify", tiny_weights,
+                                      model__dataset=str(detection_yaml)) / "params.yaml")
+    classes = sorted(DEMO_CLASSES)  # a classifier's classes: its sorted folders
+    record = {"task": "classify", "class_names": classes, "num_classes": len(classes)}
+    with pytest.raises(QgateError, match=rf"^{re.escape(str(detection_yaml))}: is a file; a classify model is judged "
+                                         "on a folder of class folders"):
+        model_dataset(params, record)
+    folder_params = dataclasses.replace(params, model=dataclasses.replace(params.model, dataset=str(folders)))
+    assert model_dataset(folder_params, record).names == tuple(classes)  # the classifier's own layout reads
+
+
+def test_a_classifier_is_calibrated_on_its_own_crops(tiny_classifier, tmp_path):
+    """Calibration feeds the quantizer each image as the task prepares it: NNCF quantizes the tiny classifier on
+    centre crops at imgsz (each image once), never letterboxes; an unreadable image is named with the fix."""
+    from qgate.calibration import Calibration
+    from qgate.params import load_params
+    from qgate.runtimes import nncf_settings, runtime_named
+    from tests.conftest import write_params
+
+    onnx, data, _ = tiny_classifier
+    images = split_images(load_class_folders(data), "val")
+    prepared = []
+
+    def recorded(image, imgsz):
+        crop, geometry = Classify().prepare(image, imgsz)
+        prepared.append((crop.shape, geometry))
+        return crop, geometry
+
+    runtime = runtime_named("openvino")
+    params = load_params(write_params(tmp_path, Path(onnx), data, imgsz=64))
+    int8 = nncf_settings.quantize(runtime.from_onnx(Path(onnx), onnx, False), Calibration(images, 64, recorded),
+                                  params, [])
+    assert prepared == [((64, 64, 3), None)] * len(images)
+    assert runtime.quantizer_count(int8) > 0
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not an image")
+    with pytest.raises(QgateError, match=rf"^{re.escape(str(broken))}: unreadable calibration image"):
+        Calibration([broken], 64, Classify().prepare).tensor(broken)
+
+
+def test_a_classifier_goes_through_export_baseline_quantize_and_int8_eval(tiny_classifier, tmp_path, monkeypatch):
+    """How far a classifier runs today (export refuses -cls until every stage does: allowed here): the export
+    record reads its output as probabilities; baseline scores top-1/top-5 as Ultralytics does; quantize calibrates
+    on the train split's centre crops; int8_eval writes the top-1 drop with its paired interval and top-5's, no
+    metric of a deployed threshold or of object sizes (a class per image has neither), and a bad case for every
+    image whose class changed."""
+    import json
+
+    from tests.conftest import stage_in_process, write_params
+
+    _, data, weights = tiny_classifier
+    monkeypatch.setattr("qgate.yolo.GATED_TASKS", ["detect", "segment", "pose", "classify"])
+    write_params(tmp_path, weights, data, imgsz=64, quantize__calibration_split="train")
+    for name in ("export", "baseline", "quantize", "int8_eval"):
+        done = stage_in_process(name, tmp_path)
+        assert done.returncode == 0, (name, done.stderr)
+    record = json.loads((tmp_path / "metrics/export_record.json").read_text())
+    assert (record["task"], record["head_layout"], record["class_names"]) == ("classify", "probabilities",
+                                                                              list(ANIMALS))
+    baseline, int8 = (json.loads((tmp_path / f"metrics/{name}.json").read_text()) for name in ("baseline", "int8"))
+    assert baseline["images"] == int8["images"] == 3 * len(ANIMALS)
+    quantized = json.loads((tmp_path / "metrics/quantize.json").read_text())
+    assert quantized["calibration_images"] == len(ANIMALS) and quantized["calibration_overlaps_val"] == 0
+    assert int8["top1_drop"] == pytest.approx(baseline["top1"] - int8["top1"], abs=1e-5)
+    assert int8["top1_drop_ci_low"] <= int8["top1_drop"] <= int8["top1_drop_ci_high"], sorted(int8)
+    assert "top5_drop_ci_low" in int8 and int8["bootstrap_samples"] > 0
+    foreign = ("at_conf", "small", "map50", "deploy_")  # a detector's keys: no box interval, threshold or size
+    assert not [key for key in int8 if any(word in key for word in foreign)], int8
+    fp32_classes, int8_classes = ([p["category_id"] for p in json.loads((tmp_path / path).read_text())]
+                                  for path in ("artifacts/baseline_detections.json", "artifacts/int8_detections.json"))
+    with open(tmp_path / "reports/bad_cases.csv") as handle:
+        changed = sum(1 for row in csv.DictReader(handle) if float(row["disagreement"]) > 0)
+    assert changed == int8["images_changed"] == sum(a != b for a, b in zip(fp32_classes, int8_classes))
+
+
+def test_a_classifier_is_judged_on_top1_and_by_no_gate_of_objects(tmp_path, monkeypatch):
+    """The gates follow the record's task: a classifier's drop gate is top-1's (`gates.max_top1_drop`), its
+    optional gates judge top-1 too, and the gates of a deployed threshold and of small objects are not there."""
+    import json
+
+    from qgate.gates import gates
+    from qgate.params import load_params
+    from tests.conftest import write_params
+
+    monkeypatch.chdir(tmp_path)
+    params = load_params(write_params(tmp_path, tmp_path / "cls.pt", tmp_path / "data", gates__max_top1_drop=0.02))
+    Path(params.export.record).parent.mkdir(parents=True)
+    Path(params.export.record).write_text(json.dumps({"task": "classify", "class_names": list(ANIMALS)}))
+    judged = {gate.name: gate for gate in gates(params)}
+    assert judged["accuracy_top1_drop"].limit == 0.02 and judged["accuracy_top1_drop"].label.startswith("top-1")
+    assert "accuracy_int8_top1_floor" in judged and "accuracy_top1_drop_rel" in judged
+    assert not [name for name in judged if "at_conf" in name or "small" in name or "map50" in name], list(judged)
+    Path(params.export.record).write_text(json.dumps({"task": "detect", "class_names": list(ANIMALS)}))
+    assert {"accuracy_recall_at_conf_drop", "accuracy_small_map50_95_drop"} <= {gate.name for gate in gates(params)}

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from qgate.calibration import Calibration
     from qgate.divergence import LayerFacts, QuantizerStats
     from qgate.groups import Group
     from qgate.params import BenchmarkParams, IgnoredScopeParams, Params
@@ -106,8 +107,9 @@ class Runtime(Protocol):
     def scope_matches(self, model: Any, scope: IgnoredScopeParams, path: Path) -> dict[str, str]:
         """Op name -> the ignored-scope entry that keeps it float; an entry matching nothing is an error."""
 
-    def quantize(self, model: Any, images: list[Path], params: Params, by_rule: list[str]) -> Any:
-        """The INT8 model from `quantize.quantizer`, `by_rule` ops and the ignored scope kept float."""
+    def quantize(self, model: Any, calibration: Calibration, params: Params, by_rule: list[str]) -> Any:
+        """The INT8 model from `quantize.quantizer` calibrated on `calibration`, `by_rule` ops and the ignored scope
+        kept float."""
 
     def precision_table(self, model: Any, ignored: dict[str, str]) -> list[dict]:
         """One row per quantizable op: its precision and why (`qgate.precision.PRECISION_COLUMNS`)."""

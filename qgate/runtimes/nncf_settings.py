@@ -9,34 +9,28 @@ from typing import Any
 
 import numpy as np
 
+from qgate.calibration import Calibration
 from qgate.errors import QgateError
-from qgate.preprocess import image_tensor
 from qgate.params import IgnoredScopeParams, Params, QuantizeParams
 from qgate.precision import SCOPE_RULE
 
 
-def quantize(model: Any, images: list[Path], params: Params, by_rule: list[str],
+def quantize(model: Any, calibration: Calibration, params: Params, by_rule: list[str],
              as_input: Callable[[np.ndarray], Any] = lambda tensor: tensor) -> Any:
     """NNCF post-training quantization with the `quantize:` settings, `by_rule` ops and the ignored scope float.
     `as_input` turns an image tensor into what the model's runtime takes (ONNX: a dict by input name)."""
     import nncf
 
-    return nncf.quantize(model, calibration_dataset(images, params.model.imgsz, as_input), subset_size=len(images),
+    return nncf.quantize(model, calibration_dataset(calibration, as_input), subset_size=len(calibration.images),
                          advanced_parameters=advanced_parameters(params.quantize),
                          **nncf_settings(params, by_rule))
 
 
-def calibration_dataset(images: list[Path], imgsz: int, as_input: Callable[[np.ndarray], Any] = lambda t: t):
+def calibration_dataset(calibration: Calibration, as_input: Callable[[np.ndarray], Any] = lambda t: t):
     """The calibration images as an NNCF dataset of input tensors."""
     import nncf
 
-    def transform(path: Path) -> Any:
-        try:
-            return as_input(image_tensor(path, imgsz))
-        except QgateError as exc:
-            raise QgateError(f"{path}: unreadable calibration image; remove it from the split") from exc
-
-    return nncf.Dataset(images, transform)
+    return nncf.Dataset(calibration.images, lambda path: as_input(calibration.tensor(path)))
 
 
 def nncf_settings(params: Params, by_rule: list[str]) -> dict:

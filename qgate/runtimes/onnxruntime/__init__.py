@@ -107,10 +107,10 @@ class OnnxRuntime:
 
         return nncf_settings.scope_matches(GraphConverter.create_nncf_graph(model), scope, path)
 
-    def quantize(self, model, images, params, by_rule):
+    def quantize(self, model, calibration, params, by_rule):
         float_names = [*by_rule, *self.scope_matches(model, params.quantize.ignored_scope, params.model.weights)]
         quantizer = QUANTIZERS[quantizer_in_force(self.name, params.quantize.quantizer)]
-        return quantizer.quantize(model, images, params, float_names, by_rule)
+        return quantizer.quantize(model, calibration, params, float_names, by_rule)
 
     def precision_table(self, model, ignored):
         return ops.precision_table(model, ignored)

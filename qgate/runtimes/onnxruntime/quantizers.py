@@ -8,8 +8,7 @@ from pathlib import Path
 
 import onnx
 
-from qgate.errors import QgateError
-from qgate.preprocess import image_tensor
+from qgate.calibration import Calibration
 from qgate.params import Params
 from qgate.runtimes import nncf_settings
 from qgate.runtimes.onnxruntime.graph import QUANTIZE, Graph
@@ -21,11 +20,11 @@ class NNCF:
 
     name = "nncf"
 
-    def quantize(self, model: onnx.ModelProto, images: list[Path], params: Params, float_names: list[str],
+    def quantize(self, model: onnx.ModelProto, calibration: Calibration, params: Params, float_names: list[str],
                  by_rule: list[str]) -> onnx.ModelProto:
         """The QDQ model; NNCF matches the ignored scope itself (`float_names` are what it will match)."""
         name = model.graph.input[0].name
-        return nncf_settings.quantize(model, images, params, by_rule, lambda tensor: {name: tensor})
+        return nncf_settings.quantize(model, calibration, params, by_rule, lambda tensor: {name: tensor})
 
 
 class OnnxRuntime:
@@ -34,27 +33,22 @@ class OnnxRuntime:
 
     name = "onnxruntime"
 
-    def quantize(self, model: onnx.ModelProto, images: list[Path], params: Params, float_names: list[str],
+    def quantize(self, model: onnx.ModelProto, calibration: Calibration, params: Params, float_names: list[str],
                  by_rule: list[str]) -> onnx.ModelProto:
         """The QDQ model, `float_names` (the rules' ops and every op the ignored scope matches) excluded."""
         from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                               quantize_static)
 
         cfg = params.quantize.onnxruntime
-        imgsz, name = params.model.imgsz, model.graph.input[0].name
+        name = model.graph.input[0].name
 
         class Images(CalibrationDataReader):
             def __init__(self):
-                self.paths = iter(images)
+                self.paths = iter(calibration.images)
 
             def get_next(self):
                 path = next(self.paths, None)
-                if path is None:
-                    return None
-                try:
-                    return {name: image_tensor(path, imgsz)}
-                except QgateError as exc:
-                    raise QgateError(f"{path}: unreadable calibration image; remove it from the split") from exc
+                return None if path is None else {name: calibration.tensor(path)}
 
         method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                   "percentile": CalibrationMethod.Percentile, "distribution": CalibrationMethod.Distribution}

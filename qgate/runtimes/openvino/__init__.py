@@ -103,8 +103,8 @@ class OpenVINO:
 
         return nncf_settings.scope_matches(GraphConverter.create_nncf_graph(model), scope, path)
 
-    def quantize(self, model, images, params, by_rule):
-        return nncf_settings.quantize(model, images, params, by_rule)
+    def quantize(self, model, calibration, params, by_rule):
+        return nncf_settings.quantize(model, calibration, params, by_rule)
 
     def precision_table(self, model, ignored):
         return ops.precision_table(model, ignored)
