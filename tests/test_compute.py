@@ -79,10 +79,10 @@ def test_baseline_and_int8_eval_on_ray_match_local(tmp_path, quantized_project, 
 
 
 SHIFTED = "dark"  # the shift tune judges each passing candidate under (one severity: each is two evaluations)
+# tune.csv's racing and shift columns (the speed ones are benchmark_app's, on the driver)
 RACED = ("candidate", "status", "why", "images", "evaluations", "map50_95_drop", "map50_95_drop_ci_low",
          "map50_95_drop_ci_high", f"shift_{SHIFTED}_drop", f"shift_{SHIFTED}_drop_ci_low",
-         f"shift_{SHIFTED}_drop_ci_high")  # tune.csv's racing and shift columns: the speed ones are benchmark_app's,
-# on the driver
+         f"shift_{SHIFTED}_drop_ci_high")
 
 
 def raced(row: dict) -> dict:
