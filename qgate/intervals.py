@@ -16,7 +16,7 @@ import numpy as np
 
 from qgate.cocoeval import area_entries, counted_objects, matched, mean_valid
 
-CHUNK_ELEMENTS = 4_000_000  # resamples x IoU thresholds x detections per array: ~32 MB of float64 at a time
+CHUNK_ELEMENTS = 4_000_000  # resamples x (IoU thresholds x (hits + recall thresholds) + detections): ~32 MB of float64
 RESAMPLE_CHUNK = 50  # resamples whose precision arrays [IoU, recall, class] are held at once (~32 MB for 80 classes)
 
 
@@ -90,8 +90,14 @@ class _ClassMatches:
     """One class's detections over every image, in pycocotools' score order (trailing pure misses dropped)."""
 
     image: np.ndarray  # (D,) image index of each detection
-    hits: np.ndarray  # (T, D) int: matched a ground truth at IoU threshold t (and not ignored)
-    misses: np.ndarray  # (T, D) int: matched nothing at t (and not ignored)
+    scored: np.ndarray  # (D,) int: 1 for a detection scored (a hit or a miss) at every IoU threshold
+    # a detection ignored at some thresholds only (it matched a crowd region there): its columns, and 1 where
+    # each threshold scores it (T, E); and how many of those columns precede each hit column (T, H)
+    partly_scored: np.ndarray
+    partly_scored_at: np.ndarray
+    partly_scored_before: np.ndarray
+    hit_columns: np.ndarray  # (T, H) the columns that hit at each threshold, padded to the most hits of any
+    hit_real: np.ndarray  # (T, H) bool: a column of `hit_columns` that is a hit, not padding
     gt_counts: np.ndarray  # (images,) non-ignored ground truths of this class per image
 
 
@@ -126,13 +132,15 @@ class ImageMatches:
             return map50_95, map50
         for start in range(0, samples, RESAMPLE_CHUNK):
             block = weights[start:start + RESAMPLE_CHUNK]
-            # pycocotools' precision array, per resample: [IoU threshold, recall threshold, class]
-            precision = np.full((len(block), self.iou_thresholds, len(self.rec_thresholds), len(self.classes)), -1.0)
+            # pycocotools' precision array per resample is [IoU threshold, recall threshold, class]: held here
+            # class-major, so that each class writes one contiguous block, and read back in pycocotools' order
+            precision = np.full((len(block), len(self.classes), self.iou_thresholds, len(self.rec_thresholds)), -1.0)
             for k, matches in enumerate(self.classes):
                 if matches is not None:
-                    precision[:, :, :, k] = _class_precision(matches, block, self.rec_thresholds)
+                    precision[:, k] = _class_precision(matches, block, self.rec_thresholds)
             for r in range(len(block)):  # pycocotools' summarize: the same masked mean, in the same order
-                map50_95[start + r], map50[start + r] = mean_valid(precision[r]), mean_valid(precision[r, 0])
+                ordered = precision[r].transpose(1, 2, 0)
+                map50_95[start + r], map50[start + r] = mean_valid(ordered), mean_valid(ordered[0])
         return map50_95, map50
 
 
@@ -149,25 +157,35 @@ def _class_matches(entries: list, image_position: dict, images: int, max_det: in
     matched = np.concatenate([e["dtMatches"][:, :max_det] for e in entries], axis=1)[:, order]
     ignored = np.concatenate([e["dtIgnore"][:, :max_det] for e in entries], axis=1)[:, order]
     hits = np.logical_and(matched, np.logical_not(ignored))
-    misses = np.logical_and(np.logical_not(matched), np.logical_not(ignored))
     # detections after the last hit at every threshold only lower precision at the final recall, which the
     # envelope never reads: dropping them changes no AP and saves most of the work at conf 0.001
     last = np.flatnonzero(hits.any(0))
     keep = last[-1] + 1 if last.size else 0
-    return _ClassMatches(image=image[order][:keep].astype(np.int64), hits=hits[:, :keep].astype(np.int64),
-                         misses=misses[:, :keep].astype(np.int64), gt_counts=gt_counts)
+    hits = hits[:, :keep]
+    hit_counts = hits.sum(1)
+    hit_real = np.arange(hit_counts.max(initial=0))[None, :] < hit_counts[:, None]
+    hit_columns = np.zeros(hit_real.shape, dtype=np.int64)
+    hit_columns[hit_real] = np.nonzero(hits)[1]  # row-major: each threshold's hit columns, in score order
+    scored = np.logical_not(ignored[:, :keep]).astype(np.int64)
+    always = scored.min(0)
+    partly = np.flatnonzero((scored != always).any(0))
+    return _ClassMatches(image=image[order][:keep].astype(np.int64), scored=always, partly_scored=partly,
+                         partly_scored_at=(scored - always)[:, partly],
+                         partly_scored_before=np.searchsorted(partly, hit_columns, side="right"),
+                         hit_columns=hit_columns, hit_real=hit_real, gt_counts=gt_counts)
 
 
 def _class_precision(matches: _ClassMatches, weights: np.ndarray, rec_thresholds: np.ndarray) -> np.ndarray:
     """pycocotools' interpolated precision [resample, IoU threshold, recall threshold] of one class (-1: no entry)."""
     samples, thresholds = len(weights), len(rec_thresholds)
-    iou_thresholds, detections = matches.hits.shape
+    iou_thresholds, detections = len(matches.hit_columns), len(matches.image)
     out = np.zeros((samples, iou_thresholds, thresholds))
     ground_truths = weights @ matches.gt_counts
     out[ground_truths == 0] = -1.0  # pycocotools skips a class without ground truth in the images (AP -1)
     if detections == 0:
         return out
-    chunk = max(1, CHUNK_ELEMENTS // max(iou_thresholds * detections, 1))
+    row_elements = iou_thresholds * (matches.hit_columns.shape[1] + 1 + thresholds) + detections
+    chunk = max(1, CHUNK_ELEMENTS // row_elements)
     for start in range(0, samples, chunk):
         rows = slice(start, start + chunk)
         counted = ground_truths[rows] > 0
@@ -184,39 +202,36 @@ def _interpolate(matches: _ClassMatches, weights: np.ndarray, ground_truths: np.
     Only the hit columns of each IoU threshold are computed: between two hits precision can only fall, so the
     envelope there is the envelope at the earlier hit, and a recall threshold above 0 is first reached at a hit.
     The values are pycocotools' own (the same integer counts, the same float operations in the same order), on a
-    fraction of the detections.
+    fraction of the detections. Every threshold is computed at once on its hit columns padded to a common width
+    and one column more: padding has recall inf (reached by no threshold) and precision 0 (it lowers no envelope
+    and is what pycocotools reads for a threshold no column reaches).
     """
     counts = weights[:, matches.image].astype(np.float64)  # (block, D): each detection as often as its image was drawn
-    out = np.zeros((len(weights), matches.hits.shape[0], len(rec_thresholds)))
-    scored = matches.hits + matches.misses  # (T, D): 0 where pycocotools ignores the detection
-    shared = bool((scored == scored[0]).all())  # no threshold-dependent ignores: one running count serves all
-    scored_so_far = np.cumsum(counts * scored[0], axis=1) if shared else None
-    for t in range(matches.hits.shape[0]):
-        columns = np.flatnonzero(matches.hits[t])
-        if not columns.size:
-            continue  # recall 0 everywhere: every recall threshold reads precision 0
-        tp = np.cumsum(counts[:, columns], axis=1)
-        total = (scored_so_far if shared else np.cumsum(counts * scored[t], axis=1))[:, columns]
-        fp = total - tp
-        recall = tp / ground_truths[:, None]
-        precision = tp / (fp + tp + np.spacing(1))
-        envelope = np.maximum.accumulate(precision[:, ::-1], axis=1)[:, ::-1]
-        out[:, t] = _first_reached(recall, envelope, rec_thresholds)
-    return out
+    columns, real = matches.hit_columns, matches.hit_real  # (T, H)
+    tp = np.cumsum(counts[:, columns] * real, axis=2)  # (block, T, H)
+    total = np.cumsum(counts * matches.scored, axis=1)[:, columns]  # scored so far, at every threshold...
+    if matches.partly_scored.size:  # ...plus those scored at this threshold only (integer counts: exact in any order)
+        partly = np.cumsum(counts[:, None, matches.partly_scored] * matches.partly_scored_at, axis=2)
+        partly = np.concatenate([np.zeros(partly.shape[:2] + (1,)), partly], axis=2)
+        total += np.take_along_axis(partly, matches.partly_scored_before[None], axis=2)
+    fp = total - tp
+    recall = np.full(tp.shape[:2] + (tp.shape[2] + 1,), np.inf)
+    recall[..., :-1] = np.where(real, tp / ground_truths[:, None, None], np.inf)
+    precision = np.zeros(recall.shape)
+    precision[..., :-1] = np.where(real, tp / (fp + tp + np.spacing(1)), 0.0)
+    envelope = np.maximum.accumulate(precision[..., ::-1], axis=2)[..., ::-1]
+    return _first_reached(recall.reshape(-1, recall.shape[2]), envelope.reshape(-1, recall.shape[2]),
+                          rec_thresholds).reshape(len(weights), columns.shape[0], len(rec_thresholds))
 
 
 def _first_reached(recall: np.ndarray, envelope: np.ndarray, rec_thresholds: np.ndarray) -> np.ndarray:
-    """pycocotools' read of the envelope at the first column whose recall reaches each recall threshold (0 where
-    none does), for every row of (rows, columns) `recall` at once: counting the thresholds at or below each recall
-    (exact float comparisons) turns it into one search over integers the rows share without rounding."""
-    rows, columns = recall.shape
-    reached = np.searchsorted(rec_thresholds, recall, side="right")  # non-decreasing along each row
-    offsets = np.arange(rows)[:, None] * (len(rec_thresholds) + 1)
-    flat = (reached + offsets).ravel()
-    queries = (np.arange(len(rec_thresholds))[None, :] + offsets).ravel()
-    first = np.searchsorted(flat, queries, side="right").reshape(rows, -1) - np.arange(rows)[:, None] * columns
-    values = np.take_along_axis(envelope, np.minimum(first, columns - 1), axis=1)
-    return np.where(first < columns, values, 0.0)
+    """pycocotools' read of the envelope at the first column whose recall reaches each recall threshold, for every
+    row of (rows, columns) `recall` at once; every row ends in a column no threshold reaches, where `envelope` holds
+    what pycocotools reads then. Recall is non-decreasing along a row, so each column is the first to reach the
+    thresholds it reaches and its left neighbour does not: its envelope value, repeated that many times."""
+    reached = np.searchsorted(rec_thresholds, recall, side="right")  # thresholds at or below each column's recall
+    firsts = np.diff(reached, axis=1, prepend=0)
+    return np.repeat(envelope.ravel(), firsts.ravel()).reshape(len(recall), len(rec_thresholds))
 
 
 @dataclass(frozen=True)
