@@ -30,7 +30,7 @@ def step_columns(family: Scored, checks: list[Check]) -> list[str]:
 def plain_failures(params: Params, task: TaskMetrics, int8_metrics: dict) -> list[str]:
     """The at-threshold gates the plain INT8 model fails, from int8_eval's metrics (as `make gate` judges them)."""
     level = int8_metrics["ci_level"]
-    checks = at_conf_checks(params, task.primary)
+    checks = at_conf_checks(params, task)
     drops = {c.key: Interval(*(int8_metrics[f"{c.key}_drop{end}"] for end in ("", "_ci_low", "_ci_high")), level)
              for c in checks}
     return failures(params, checks, drops)
@@ -92,7 +92,7 @@ class Search:
         self.stopped = ""  # why the greedy search ended: target | budget | noise | ranking
         self.price = price  # the greedy's groups -> each one's price in speed (None: op count orders the pruning)
         self.prices: Prices | None = None
-        self.checks, self.shift_checks = at_conf_checks(params, self.own), shift_checks(params, self.own)
+        self.checks, self.shift_checks = at_conf_checks(params, task), shift_checks(params, self.own)
         self.at_conf: AtConf | None = None  # built with the scorer
         self.shift_drops: dict[str, Interval] = {}  # the chosen model's, once it is within target on clean images
 

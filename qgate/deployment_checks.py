@@ -13,7 +13,7 @@ from qgate.operating_point import Found, at_threshold, int8_conf
 from qgate.params import Params
 from qgate.pipeline import evaluate_model
 from qgate.shifts import Shift
-from qgate.task_metrics import Scored
+from qgate.task_metrics import Scored, TaskMetrics
 from qgate.tasks import Detect, task_for
 from qgate.verdicts import decide
 
@@ -28,9 +28,12 @@ class Check:
     setting: str  # 'gates.max_recall_drop'
 
 
-def at_conf_checks(params: Params, family: Scored) -> list[Check]:
-    """The active at-threshold gates (recall and F1 drops at deploy.conf) of the task's own metric family."""
-    g = params.gates
+def at_conf_checks(params: Params, task: TaskMetrics) -> list[Check]:
+    """The active at-threshold gates (recall and F1 drops at deploy.conf) of the task's own metric family; none for
+    a task whose predictions are not objects (a classifier's top-1 has no threshold)."""
+    g, family = params.gates, task.primary
+    if not task.objects:
+        return []
     rates = (("recall", "recall", g.max_recall_drop, "max_recall_drop"), ("f1", "F1", g.max_f1_drop, "max_f1_drop"))
     return [Check(family.key(f"{rate}_at_conf"), f"{family.title(title)} at deploy.conf", limit, f"gates.{setting}")
             for rate, title, limit, setting in rates if limit is not None]
@@ -45,10 +48,10 @@ def shift_checks(params: Params, family: Scored) -> list[Check]:
                   "gates.max_shift_map50_95_drop") for name in params.robustness.shifts]
 
 
-def candidate_checks(params: Params, family: Scored) -> list[Check]:
+def candidate_checks(params: Params, task: TaskMetrics) -> list[Check]:
     """Every deployment gate a candidate is judged by beyond the clean mAP drop: the at-threshold ones, then the
     shift ones (tune's table and page columns)."""
-    return [*at_conf_checks(params, family), *shift_checks(params, family)]
+    return [*at_conf_checks(params, task), *shift_checks(params, task.primary)]
 
 
 def failures(params: Params, checks: list[Check], drops: dict[str, Interval]) -> list[str]:

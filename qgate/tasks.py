@@ -22,7 +22,7 @@ from qgate.heads import HEADS, Postprocess, RawHead, output_layout
 from qgate.intervals import PairedDrop, PairedScorer, paired_drop
 from qgate.masks import grid_masks, instance_masks, mask_iou, paired_mask_iou, rle
 from qgate.preprocess import Letterbox, center_cropped, letterboxed
-from qgate.task_metrics import TASK_METRICS, Scored
+from qgate.task_metrics import TASK_METRICS, Scored, TaskMetrics
 from qgate.topk import TopkScorer, classification, paired_topk_drop, top_k
 
 
@@ -31,7 +31,7 @@ class Task:
     the first; `headed` ones read them through a detection head layout (`qgate.heads`) the record names."""
 
     name: str
-    metrics: object  # its `qgate.task_metrics.TaskMetrics`: what it is scored and judged on
+    metrics: TaskMetrics  # what it is scored and judged on
     outputs = 1
     headed = False
 
@@ -345,8 +345,10 @@ class Classify(Task):
         return [classification(np.asarray(outputs[0]).reshape(-1), image_id)]
 
     def confident(self, outputs: tuple, conf: float) -> np.ndarray:
-        """The reference's top class: the output the sensitivity error compares, whatever its probability."""
-        return np.array([int(np.argmax(outputs[0]))])
+        """The reference's top class (a mask over the classes): what the sensitivity error compares, whatever its
+        probability; one prediction per image, as a detector's mask counts its confident detections."""
+        probabilities = np.asarray(outputs[0]).reshape(-1)
+        return np.arange(probabilities.size) == np.argmax(probabilities)
 
     def detection_error(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> float:
         """How far the probability of the reference's top class (`mask`, from `confident`) moved."""

@@ -117,7 +117,7 @@ def scope_change(params: Params, settings: dict) -> str:
 
 def _candidates(params: Params, task, candidates: list[Candidate], rows: list[dict]) -> Section:
     speed = {r["candidate"]: r for r in rows}
-    checks = candidate_checks(params, task.metrics.primary)  # the gates beyond the clean drop
+    checks = candidate_checks(params, task.metrics)  # the gates beyond the clean drop
     header = ["candidate", "changed from c0", "status", "images",
               *(f"{f.main.title} drop" for f in task.metrics.scored), *(f"{c.title} drop" for c in checks), "speed-up",
               "why"]

@@ -19,7 +19,7 @@ ONNX_NAME = "model.onnx"
 
 
 def load_detector(weights: str | Path) -> Any:
-    """Return `ultralytics.YOLO` for a detection or segment `.pt`; QgateError for missing, corrupt or other files."""
+    """Return `ultralytics.YOLO` for a `.pt` of a gated task; QgateError for missing, corrupt or other files."""
     weights = Path(weights)
     if not weights.is_file():
         raise QgateError(f"{weights}: weights not found; set model.weights in params.yaml "
@@ -39,10 +39,10 @@ def load_detector(weights: str | Path) -> Any:
                              f"{{'model': torch.load('{weights}', weights_only=False)['model']}}, 'model_only.pt')\"")\
                 from None
         raise QgateError(f"{weights}: not a readable Ultralytics checkpoint ({type(exc).__name__}); "
-                         "point model.weights at a YOLO detection, segmentation or pose .pt") from exc
+                         "point model.weights at a YOLO detection, segmentation, pose or classification .pt") from exc
     if task not in GATED_TASKS or not names:
         raise QgateError(f"{weights}: is a '{task}' model; qgate judges {', '.join(GATED_TASKS)} models only "
-                         "(OBB and classification are not supported yet)")
+                         "(oriented boxes, OBB, are not supported yet)")
     model.task = task
     head = type(model.model.model[-1]).__name__
     if head in UNSUPPORTED_HEADS:

@@ -65,7 +65,7 @@ def main(params: Params) -> dict:
         steps, names = search.steps, ignored_names(groups, set(chosen))
         revert_and_save(runtime, int8, fp32, groups, set(chosen), fixed_model(params))
     prices = search.prices if needed else None
-    write_csv(cfg.steps, steps, step_columns(family, at_conf_checks(params, task.primary)))
+    write_csv(cfg.steps, steps, step_columns(family, at_conf_checks(params, task)))
     write_csv(cfg.prices, price_rows(prices, groups, chosen) if prices else [], PRICE_COLUMNS)
     write_text(cfg.scope, scope_block(params, names, best, baseline, family))
     metrics = {

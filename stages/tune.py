@@ -172,7 +172,7 @@ def accuracy_limits(params: Params, task) -> list[Limit]:
     """The drop gates `make gate` judges on clean images: one per scored metric family, each with its
     `gates.max_..._drop`, then recall and F1 at the deployed threshold (`qgate.deployment_checks`)."""
     return [*(Limit(f.main.key, f.main.title, params.gates.max_drop[f.main.key]) for f in task.metrics.scored),
-            *(Limit(c.key, c.title, c.limit) for c in at_conf_checks(params, task.metrics.primary))]
+            *(Limit(c.key, c.title, c.limit) for c in at_conf_checks(params, task.metrics))]
 
 
 def judge_shifts(params: Params, scorer: SubsetScorer, candidates: list[Candidate]) -> None:
@@ -248,7 +248,7 @@ class SubsetScorer:
         level = self.params.int8_eval.ci_level
         drops = {key: difference(fp32_scores, scorer.scores(candidate_detections)[0], level)
                  for key, (scorer, fp32_scores) in scorers.items()}
-        if at_conf_checks(self.params, self.task.metrics.primary):
+        if at_conf_checks(self.params, self.task.metrics):
             drops |= self.at_conf[len(indices)].drops(candidate_detections)
         log.info("tune %s on %d images: %s", candidate.name, size,
                  ", ".join(f"{key} drop {drop.text()}" for key, drop in drops.items()))
@@ -454,7 +454,7 @@ def columns(params: Params, task) -> list[str]:
     """tune.csv's columns: the candidate, its settings, how far it got, its drops (clean, at the deployed
     threshold, under each shift), its speed."""
     drops = [f"{key}{end}" for key in [*(f.main.stat("drop") for f in task.metrics.scored),
-                                       *(f"{c.key}_drop" for c in candidate_checks(params, task.metrics.primary))]
+                                       *(f"{c.key}_drop" for c in candidate_checks(params, task.metrics))]
              for end in ("", "_ci_low", "_ci_high")]
     return ["candidate", *SPACE_KEYS, "float_scope", IMGSZ_KEY, "status", "why", "images", "evaluations", *drops,
             "images_per_second", "first_round_speedup", "speedup", "speedup_ci_low", "speedup_ci_high", "beaten_by",
@@ -476,7 +476,7 @@ def table(params: Params, candidates: list[Candidate], task, first_round: dict[s
             drop = c.drops.get(f.main.key)
             if drop is not None:
                 row |= drop.fields(f.main.stat("drop"), 5)
-        for check in candidate_checks(params, task.metrics.primary):
+        for check in candidate_checks(params, task.metrics):
             if check.key in c.drops:
                 row |= c.drops[check.key].fields(f"{check.key}_drop", 5)
         if result and c.name in result.speedups:
@@ -495,7 +495,7 @@ def quantize_block(params: Params, task, candidates: list[Candidate], chosen: Ca
                            "raise the budget.", {})
     drops = "; ".join([*(f"{f.main.title} drop {chosen.drops[f.main.key].text()}"
                          for f in reversed(task.metrics.scored)),
-                       *(f"{c.title} drop {chosen.drops[c.key].text()}" for c in candidate_checks(params, task.metrics.primary)
+                       *(f"{c.title} drop {chosen.drops[c.key].text()}" for c in candidate_checks(params, task.metrics)
                          if c.key in chosen.drops)])
     speedup = result.speedups[chosen.name]
     measured = (f"# {drops} on all {chosen.images} val images; speed-up "
@@ -533,7 +533,7 @@ def summary(params: Params, task, candidates: list[Candidate], evaluations: int,
         metrics["chosen_imgsz"] = deploy_size(params, chosen.settings)
         for f in task.metrics.scored:
             metrics |= chosen.drops[f.main.key].fields(f"chosen_{f.main.stat('drop')}", 5)
-        for check in candidate_checks(params, task.metrics.primary):
+        for check in candidate_checks(params, task.metrics):
             if check.key in chosen.drops:
                 metrics |= chosen.drops[check.key].fields(f"chosen_{check.key}_drop", 5)
         metrics |= result.speedups[chosen.name].fields("chosen_speedup", 3)

@@ -352,12 +352,14 @@ def assert_fails_cleanly(name: str, project: Path, fragments: list[str], output:
 def make_dataset(root: Path, images: int = 6, seed: int = 0, classes: int = len(DEMO_CLASSES),
                  task: str = "detect") -> Path:
     """A small synthetic dataset with a val split under `root`, of the first `classes` demo classes, labelled for
-    `task` like the demo's; its yaml."""
+    `task` like the demo's; its yaml (a classifier's: its folder of class folders)."""
     import cv2
 
     from stages.demo_data import DEMO_LABELS, draw_image, label_line
 
     rng = np.random.default_rng(seed)
+    if task == "classify":
+        return _class_folders(root, images, rng, classes)
     for split in ("val", "calib"):
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
         (root / "labels" / split).mkdir(parents=True, exist_ok=True)
@@ -370,6 +372,25 @@ def make_dataset(root: Path, images: int = 6, seed: int = 0, classes: int = len(
             **DEMO_LABELS[task].yaml}
     (root / "data.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return root / "data.yaml"
+
+
+def _class_folders(root: Path, images: int, rng: np.random.Generator, classes: int) -> Path:
+    """val and calib splits of `images` images of one demo shape each, in the folder of its class (every class has
+    a folder, empty or not: Ultralytics' classification layout)."""
+    import cv2
+
+    from stages.demo_data import draw_image
+
+    for split in ("val", "calib"):
+        for name in DEMO_CLASSES[:classes]:
+            (root / split / name).mkdir(parents=True, exist_ok=True)
+        made = 0
+        while made < images:
+            image, shapes = draw_image(rng, classes, 1)
+            if shapes:
+                cv2.imwrite(str(root / split / DEMO_CLASSES[shapes[0][0]] / f"{made}.jpg"), image)
+                made += 1
+    return root
 
 
 # benchmark_app where speed is not what a test is about: the speed gate still judges these pairs (by its interval,

@@ -146,7 +146,7 @@ def test_a_candidate_s_at_threshold_drops_are_int8_eval_s(tmp_path, evaluated_pr
     assert int8["recall_at_conf"] > 0, int8  # INT8 finds objects there: the rates are not all zero
     strict = dataclasses.replace(params, gates=dataclasses.replace(
         params.gates, max_recall_drop=drops["recall_at_conf"].low - 0.01, max_f1_drop=None))
-    checks = at_conf_checks(strict, task.metrics.primary)
+    checks = at_conf_checks(strict, task.metrics)
     assert [text.split(" drop ")[0] for text in failures(strict, checks, drops)] == ["recall at deploy.conf"]
 
 

@@ -5,7 +5,6 @@ untrained YOLOv8n-cls exported to ONNX scored image by image as Ultralytics pred
 from __future__ import annotations
 
 import csv
-import dataclasses
 import re
 from pathlib import Path
 
@@ -216,13 +215,11 @@ def test_the_export_record_reads_a_classifier_s_output_as_probabilities_and_refu
         Classify.head_layout([[1, 11, 1344]], len(ANIMALS), "det.pt", {})
 
 
-def test_a_dataset_of_the_other_task_is_refused_in_one_line(tmp_path, exported_project, tiny_weights):
-    """A folder of class folders given to a detector stops its first stage in one line, exit 2, no metrics file;
-    a detection dataset yaml given to a classifier is refused likewise where every stage reads its dataset
-    (`model_dataset`: no stage reaches a classifier yet, export refuses -cls)."""
-    from qgate.artifacts import model_dataset
-    from qgate.params import load_params
-    from tests.conftest import assert_fails_cleanly, copy_project
+def test_a_dataset_of_the_other_task_is_refused_in_one_line(tmp_path, exported_project, tiny_weights,
+                                                           tiny_classifier):
+    """A folder of class folders given to a detector stops its first stage that reads data in one line, exit 2, no
+    metrics file; a detection dataset yaml given to a classifier likewise."""
+    from tests.conftest import assert_fails_cleanly, copy_project, stage_in_process, write_params
 
     folders = class_folders(tmp_path / "animals", dict.fromkeys(DEMO_CLASSES, 1))
     project = copy_project(exported_project, tmp_path / "project", tiny_weights, model__dataset=str(folders))
@@ -232,15 +229,13 @@ def test_a_dataset_of_the_other_task_is_refused_in_one_line(tmp_path, exported_p
                          "metrics/baseline.json")
 
     detection_yaml = project / "data" / "data.yaml"
-    params = load_params(copy_project(exported_project, tmp_path / "classify", tiny_weights,
-                                      model__dataset=str(detection_yaml)) / "params.yaml")
-    classes = sorted(DEMO_CLASSES)  # a classifier's classes: its sorted folders
-    record = {"task": "classify", "class_names": classes, "num_classes": len(classes)}
-    with pytest.raises(QgateError, match=rf"^{re.escape(str(detection_yaml))}: is a file; a classify model is judged "
-                                         "on a folder of class folders"):
-        model_dataset(params, record)
-    folder_params = dataclasses.replace(params, model=dataclasses.replace(params.model, dataset=str(folders)))
-    assert model_dataset(folder_params, record).names == tuple(classes)  # the classifier's own layout reads
+    _, _, classifier = tiny_classifier
+    (tmp_path / "classify").mkdir()
+    write_params(tmp_path / "classify", classifier, detection_yaml, imgsz=64)
+    assert stage_in_process("export", tmp_path / "classify").returncode == 0  # export reads no images
+    assert_fails_cleanly("baseline", tmp_path / "classify",
+                         [f"{detection_yaml}: is a file; a classify model is judged on a folder of class folders",
+                          "set model.dataset to that folder"], "metrics/baseline.json")
 
 
 def test_a_classifier_is_calibrated_on_its_own_crops(tiny_classifier, tmp_path):
@@ -272,20 +267,24 @@ def test_a_classifier_is_calibrated_on_its_own_crops(tiny_classifier, tmp_path):
         Calibration([broken], 64, Classify().prepare).tensor(broken)
 
 
-def test_a_classifier_goes_through_export_baseline_quantize_and_int8_eval(tiny_classifier, tmp_path, monkeypatch):
-    """How far a classifier runs today (export refuses -cls until every stage does: allowed here): the export
-    record reads its output as probabilities; baseline scores top-1/top-5 as Ultralytics does; quantize calibrates
-    on the train split's centre crops; int8_eval writes the top-1 drop with its paired interval and top-5's, no
-    metric of a deployed threshold or of object sizes (a class per image has neither), and a bad case for every
-    image whose class changed."""
+def test_a_classifier_goes_through_the_whole_pipeline_to_a_verdict_on_top1(tiny_classifier, tmp_path):
+    """Every stage of `make gate`, then the judge, on a classifier with the default params (quick benchmark and
+    robustness). The export record reads its output as probabilities; quantize calibrates on the train split's
+    centre crops; int8_eval writes the top-1 drop with its paired interval and top-5's, no metric of a deployed
+    threshold or of object sizes (a class per image has neither), and a bad case for every image whose class
+    changed; divergence compares one prediction per image; the verdict and the report lead with top-1."""
     import json
+    import shutil
+    import subprocess
+    import sys
 
-    from tests.conftest import stage_in_process, write_params
+    from tests.conftest import QUICK_ROBUSTNESS, ROOT, stage_in_process, write_params
 
     _, data, weights = tiny_classifier
-    monkeypatch.setattr("qgate.yolo.GATED_TASKS", ["detect", "segment", "pose", "classify"])
-    write_params(tmp_path, weights, data, imgsz=64, quantize__calibration_split="train")
-    for name in ("export", "baseline", "quantize", "int8_eval"):
+    write_params(tmp_path, weights, data, imgsz=64, quantize__calibration_split="train",
+                 robustness__severities=QUICK_ROBUSTNESS["severities"])
+    for name in ("export", "baseline", "quantize", "int8_eval", "robustness", "benchmark", "divergence",
+                 "sensitivity", "autofix"):
         done = stage_in_process(name, tmp_path)
         assert done.returncode == 0, (name, done.stderr)
     record = json.loads((tmp_path / "metrics/export_record.json").read_text())
@@ -305,6 +304,18 @@ def test_a_classifier_goes_through_export_baseline_quantize_and_int8_eval(tiny_c
     with open(tmp_path / "reports/bad_cases.csv") as handle:
         changed = sum(1 for row in csv.DictReader(handle) if float(row["disagreement"]) > 0)
     assert changed == int8["images_changed"] == sum(a != b for a, b in zip(fp32_classes, int8_classes))
+    divergence = json.loads((tmp_path / "metrics/divergence.json").read_text())
+    assert divergence["detections_compared"] == 2 * divergence["images"]  # FP32's top class, then INT8's
+    robustness = json.loads((tmp_path / "metrics/robustness.json").read_text())
+    assert "dark_2_top1" in robustness and not [key for key in robustness if "map" in key], sorted(robustness)
+
+    shutil.copytree(ROOT / "gates", tmp_path / "gates")
+    judged = subprocess.run([sys.executable, "-m", "qgate.judge"], cwd=tmp_path, capture_output=True, text=True,
+                            env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    assert "accuracy_top1_drop" in judged.stdout and "at_conf" not in judged.stdout, judged.stdout[-3000:]
+    assert judged.returncode == (0 if "FAIL" not in judged.stdout.splitlines()[-2] else 1)
+    report = (tmp_path / "reports/report.md").read_text()
+    assert report.split("## Results", 1)[1].lstrip().startswith("INT8 top-1 accuracy **"), report[:600]
 
 
 def test_a_classifier_is_judged_on_top1_and_by_no_gate_of_objects(tmp_path, monkeypatch):

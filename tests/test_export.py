@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import openvino as ov
-import pytest
 import torch
 
 from qgate.io import sha256_file
@@ -79,18 +78,13 @@ def test_plain_state_dict_is_not_a_detector(tmp_path):
     foreign = tmp_path / "foreign.pt"
     torch.save({"weight": torch.zeros(3)}, foreign)
     project = _project(tmp_path, foreign)
-    _assert_failed_cleanly(project, "foreign.pt", "YOLO detection, segmentation or pose .pt")
+    _assert_failed_cleanly(project, "foreign.pt", "YOLO detection, segmentation, pose or classification .pt")
 
 
-@pytest.fixture(scope="module")
-def classifier_weights(tmp_path_factory):
+def test_an_oriented_box_model_is_refused(tmp_path):
     from ultralytics import YOLO
 
-    path = tmp_path_factory.mktemp("cls") / "classifier.pt"
-    YOLO("yolov8n-cls.yaml", task="classify").save(str(path))
-    return path
-
-
-def test_classification_model_is_refused(tmp_path, classifier_weights):
-    project = _project(tmp_path, classifier_weights)
-    _assert_failed_cleanly(project, "is a 'classify' model; qgate judges detect, segment, pose models only")
+    weights = tmp_path / "obb.pt"
+    YOLO("yolov8n-obb.yaml", task="obb").save(str(weights))
+    project = _project(tmp_path, weights)
+    _assert_failed_cleanly(project, "is a 'obb' model; qgate judges detect, segment, pose, classify models only")
