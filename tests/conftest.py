@@ -537,6 +537,15 @@ def judge(project: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
+def judged_here(project: Path) -> subprocess.CompletedProcess:
+    """`python -m qgate.judge` on a project of stage outputs only (a test's tmp folder): this checkout's gates and
+    code, this interpreter; the process."""
+    if not (project / "gates").exists():
+        shutil.copytree(ROOT / "gates", project / "gates")
+    return subprocess.run([sys.executable, "-m", "qgate.judge"], cwd=project, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+
+
 def divergence_and_ranking(project: Path) -> tuple[dict, list[str], dict]:
     """Run the divergence and sensitivity stages in `project`: divergence metrics, divergent layers, ranking metrics."""
     for name in ("divergence", "sensitivity"):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +21,7 @@ from qgate.plots import sensitivity_figure, svg_text
 from qgate.task_metrics import TASK_METRICS
 from stages import sensitivity
 from stages.autofix import scope_block
-from tests.conftest import (ROOT, assert_fails_cleanly, comment_text, copy_project,
+from tests.conftest import (ROOT, assert_fails_cleanly, comment_text, copy_project, judged_here,
                             error_line, failed_in_table, plant_range_fault, stage)
 
 PLANTED = "/model.1/conv/Conv/WithoutBiases"
@@ -268,17 +266,11 @@ def test_an_unreachable_target_reports_the_best_and_fails_the_gate(tmp_path, pla
     fixed = _json(project, "metrics/autofix.json")
     assert fixed["needed"] == 1 and fixed["reached"] == 0 and fixed["evaluations"] == 1
     assert abs(fixed["fixed_map50_95_drop"]) < 0.002  # every group float: the FP32 model's mAP
-    gates = _gates(project)
+    gates = judged_here(project)
     assert gates.returncode == 1
     assert "autofix did not reach autofix.target_drop -0.5: best drop" in gates.stdout and "`make tune`" in gates.stdout
     # the fault costs accuracy, and the drift gates see it too (measured: detection error 0.79 vs 0.011 unplanted)
     assert {"drift_detection_error", "drift_layers_below_floor"} <= failed_in_table(gates.stdout), gates.stdout[-3000:]
-
-
-def _gates(project: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "qgate.judge"], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=600)
 
 
 def _make(project: Path, target: str) -> subprocess.CompletedProcess:

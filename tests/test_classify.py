@@ -274,11 +274,8 @@ def test_a_classifier_goes_through_the_whole_pipeline_to_a_verdict_on_top1(tiny_
     threshold or of object sizes (a class per image has neither), and a bad case for every image whose class
     changed; divergence compares one prediction per image; the verdict and the report lead with top-1."""
     import json
-    import shutil
-    import subprocess
-    import sys
 
-    from tests.conftest import QUICK_ROBUSTNESS, ROOT, stage_in_process, write_params
+    from tests.conftest import QUICK_ROBUSTNESS, judged_here, stage_in_process, write_params
 
     _, data, weights = tiny_classifier
     write_params(tmp_path, weights, data, imgsz=64, quantize__calibration_split="train",
@@ -309,13 +306,68 @@ def test_a_classifier_goes_through_the_whole_pipeline_to_a_verdict_on_top1(tiny_
     robustness = json.loads((tmp_path / "metrics/robustness.json").read_text())
     assert "dark_2_top1" in robustness and not [key for key in robustness if "map" in key], sorted(robustness)
 
-    shutil.copytree(ROOT / "gates", tmp_path / "gates")
-    judged = subprocess.run([sys.executable, "-m", "qgate.judge"], cwd=tmp_path, capture_output=True, text=True,
-                            env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    judged = judged_here(tmp_path)
     assert "accuracy_top1_drop" in judged.stdout and "at_conf" not in judged.stdout, judged.stdout[-3000:]
     assert judged.returncode == (0 if "FAIL" not in judged.stdout.splitlines()[-2] else 1)
     report = (tmp_path / "reports/report.md").read_text()
     assert report.split("## Results", 1)[1].lstrip().startswith("INT8 top-1 accuracy **"), report[:600]
+
+
+def test_a_range_fault_only_the_classifier_s_last_layer_reads_is_named_first_and_fails_top1(tiny_classifier,
+                                                                                             tmp_path):
+    """The val images filed under the FP32 model's own classes, so FP32's top-1 is 1 and every class INT8 changes is
+    a drop. The quantizer of the pooled features, which only the final Linear reads, clipped to 5% of its range:
+    divergence names the layer reading it first, and the judge fails accuracy_top1_drop, where the plain INT8
+    model changed few classes."""
+    import json
+    import shutil
+
+    import openvino as ov
+
+    from qgate.runtimes.openvino.head_graph import output_layers
+    from tests.conftest import failed_in_table, judged_here, plant_range_fault, stage_in_process, write_params
+
+    _, data, weights = tiny_classifier
+    project = tmp_path / "project"
+    project.mkdir()
+    write_params(project, weights, data, imgsz=64, quantize__calibration_split="train")
+    for name in ("export", "baseline"):
+        assert stage_in_process(name, project).returncode == 0
+    images = split_images(load_class_folders(data), "val")
+    predicted = json.loads((project / "artifacts/baseline_detections.json").read_text())
+    relabelled = tmp_path / "fp32_labels"
+    shutil.copytree(data / "train", relabelled / "train")
+    for name in ANIMALS:
+        (relabelled / "val" / name).mkdir(parents=True)
+    for path, prediction in zip(images, sorted(predicted, key=lambda p: p["image_id"])):
+        filed = relabelled / "val" / ANIMALS[prediction["category_id"] - 1]
+        shutil.copy(path, filed / f"{path.parent.name}_{path.name}")
+    write_params(project, weights, relabelled, imgsz=64, quantize__calibration_split="train")
+    for name in ("baseline", "quantize", "int8_eval"):
+        assert stage_in_process(name, project).returncode == 0, name
+    assert json.loads((project / "metrics/baseline.json").read_text())["top1"] == 1.0
+    plain = json.loads((project / "metrics/int8.json").read_text())
+
+    fp32 = ov.Core().read_model(project / "models/export/model_fp32.xml")
+    (linear,) = output_layers(fp32)  # the head's one learned output layer
+    ops = {op.get_friendly_name(): op for op in fp32.get_ordered_ops()}
+    reader = ops[linear].input_value(0).get_node().get_friendly_name()  # the flatten between the pool and the Linear
+    plant_range_fault(project, reader)
+    # the untrained model's own INT8 noise leaves ~10 dB of SQNR before the head, so no fault there can lose the
+    # default 10 dB more (measured: 9.1 dB at 5% of the range; the next largest local drop is 7.7 dB, at 27 dB)
+    write_params(project, weights, relabelled, imgsz=64, quantize__calibration_split="train",
+                 divergence__local_drop_db=8)
+    for name in ("int8_eval", "divergence"):
+        assert stage_in_process(name, project).returncode == 0, name
+    planted = json.loads((project / "metrics/int8.json").read_text())
+    divergence = json.loads((project / "metrics/divergence.json").read_text())
+    print(f"plain INT8 changed {plain['images_changed']} classes, planted {planted['images_changed']} of "
+          f"{planted['images']}; first divergent layer {divergence['first_divergent_layer']}")
+    assert divergence["first_divergent_layer"] == reader
+    assert planted["images_changed"] > plain["images_changed"] and planted["top1_drop_ci_low"] > 0.01
+
+    judged = judged_here(project)
+    assert "accuracy_top1_drop" in failed_in_table(judged.stdout) and judged.returncode == 1, judged.stdout[-3000:]
 
 
 def test_a_classifier_is_judged_on_top1_and_by_no_gate_of_objects(tmp_path, monkeypatch):

@@ -66,15 +66,26 @@ EXPORT_DATED = {"onnx_sha256", "ir_xml_sha256"}
 ROBUSTNESS = {"metrics/robustness.json", "reports/robustness.csv"}
 
 
+def _significant(value):
+    """A number to 9 significant digits (anything else as it is): OpenVINO's float32 kernels round differently with
+    the thread count on some CPUs. On the EPYC with avx_vnni, the demo's divergence run on one core (taskset) moved
+    the 15th digit of a statistic in 109 of its 247 rows and nothing above it."""
+    try:
+        return f"{float(value):.9g}" if not isinstance(value, bool) else value
+    except (TypeError, ValueError):
+        return value
+
+
 def _without_timings(path: Path):
     if path.suffix == ".json":
         data = json.loads(path.read_text())  # an object of metrics, or a list of per-class rows
         rows = data if isinstance(data, list) else [data]
-        return [{k: v for k, v in row.items() if not RUN_TO_RUN.search(k) and k not in EXPORT_DATED} for row in rows]
+        return [{k: _significant(v) for k, v in row.items() if not RUN_TO_RUN.search(k) and k not in EXPORT_DATED}
+                for row in rows]
     if path.suffix == ".csv":
         rows = [line.split(",") for line in path.read_text().splitlines()]
         keep = [i for i, name in enumerate(rows[0] if rows else []) if not RUN_TO_RUN.search(name)]
-        return [[row[i] for i in keep if i < len(row)] for row in rows]
+        return [[_significant(row[i]) for i in keep if i < len(row)] for row in rows]
     return path.read_text()
 
 
@@ -93,8 +104,8 @@ def _at_severities(path: Path, severities: list[int]):
 
 def test_the_demo_reproduces_the_committed_outputs_on_their_cpu(demo_checkout):
     """The committed demo outputs are what this code computes: every accuracy, drift, ranking and structure value of
-    every git-tracked output, to the byte (timings and export dates aside). It proves a redesign that should change
-    no number (the runtime seam) changed none, and that no number was committed stale. INT8 kernels and float
+    every git-tracked output, to 9 significant digits (timings and export dates aside). It proves a redesign that
+    should change no number (the runtime seam) changed none, and that no number was committed stale. INT8 kernels and float
     reductions differ between ISAs, so it holds on the ISA that wrote them (benchmark.json names it)."""
     committed = json.loads((ROOT / "metrics/benchmark.json").read_text())["cpu_isa"]
     if cpu_info()["cpu_isa"] != committed:
@@ -164,8 +175,8 @@ def test_changing_a_default_in_code_stales_only_the_stage_that_reads_it(demo_che
 
 
 def test_a_tightened_gate_fails_make_gate_and_reruns_no_stage(demo_checkout):
-    """`gates.min_int8_map50_95: 0.99` fails (the demo's INT8 scores 0.86), restoring passes, no stage is stale."""
-    with _edited_params(demo_checkout, gates={"min_int8_map50_95": 0.99}):
+    """`gates.min_int8_score: 0.99` fails (the demo's INT8 scores 0.86), restoring passes, no stage is stale."""
+    with _edited_params(demo_checkout, gates={"min_int8_score": 0.99}):
         stale = _stale_after_resolving(demo_checkout)
         tightened = _make(demo_checkout, "gate")
     assert stale == [], stale  # no stage of `make gate` reads this threshold: only the judge (and `make tune`) do
