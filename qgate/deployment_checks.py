@@ -40,12 +40,12 @@ def at_conf_checks(params: Params, task: TaskMetrics) -> list[Check]:
 
 
 def shift_checks(params: Params, family: Scored) -> list[Check]:
-    """The active shift gates: one per shift of robustness.shifts, on the task's own mAP50-95."""
-    limit = params.gates.max_shift_map50_95_drop
+    """The active shift gates: one per shift of robustness.shifts, on the task's own metric."""
+    limit = params.gates.max_shift_drop
     if limit is None:
         return []
     return [Check(f"shift_{name}", f"{family.main.title} under {name.replace('_', ' ')}", limit,
-                  "gates.max_shift_map50_95_drop") for name in params.robustness.shifts]
+                  "gates.max_shift_drop") for name in params.robustness.shifts]
 
 
 def candidate_checks(params: Params, task: TaskMetrics) -> list[Check]:

@@ -290,13 +290,13 @@ class GatesParams:
     max_mask_map50_95_drop: float
     max_pose_map50_95_drop: float
     max_top1_drop: float
-    max_map50_95_drop_rel: float | None
-    min_int8_map50_95: float | None
-    max_class_map50_95_drop: float | None
+    max_drop_rel: float | None
+    min_int8_score: float | None
+    max_class_drop: float | None
     max_recall_drop: float | None
     max_f1_drop: float | None
     max_small_map50_95_drop: float | None
-    max_shift_map50_95_drop: float | None
+    max_shift_drop: float | None
     max_latency_ms: float | None
     min_speedup: float
     max_detection_error: float
@@ -421,6 +421,11 @@ REPLACED = {
                                      "of the whole output tensor, whose background anchors do not matter)"),
     "gates.max_layers_below_sqnr_floor": (80, "gates.max_layers_below_sqnr_floor_frac (a fraction of the model's "
                                               "layers: families differ in layer count)"),
+    # the optional gates judge the task's own metric, mAP50-95 or a classifier's top-1: named for neither
+    "gates.max_map50_95_drop_rel": (None, "gates.max_drop_rel (renamed: it judges the task's own metric)"),
+    "gates.min_int8_map50_95": (None, "gates.min_int8_score (renamed: it judges the task's own metric)"),
+    "gates.max_class_map50_95_drop": (None, "gates.max_class_drop (renamed: it judges the task's own metric)"),
+    "gates.max_shift_map50_95_drop": (0.02, "gates.max_shift_drop (renamed: it judges the task's own metric)"),
 }
 
 
@@ -429,7 +434,7 @@ def _retired_or_unknown(cls: type, name: str, value: Any, names: list[str], path
     if f"{prefix}{name}" in REPLACED:
         shipped, replacement = REPLACED[f"{prefix}{name}"]
         if value != shipped:
-            raise QgateError(f"{path}: '{prefix}{name}' is {value!r}, but qgate no longer has this gate; set "
+            raise QgateError(f"{path}: '{prefix}{name}' is {value!r}, but qgate no longer has this key; set "
                              f"{replacement} instead, and delete the key")
         retired.append(f"{prefix}{name}")
         return

@@ -20,8 +20,8 @@ RANGE_ESTIMATORS = ("default", "minmax", "mean_minmax", "median_minmax", "mean_n
 # qgate.shifts.SHIFTS' names (tests/test_shifts.py checks): that module needs OpenCV, loading params does not
 SHIFT_NAMES = ("dark", "bright", "low_contrast", "gaussian_noise", "defocus_blur", "motion_blur", "jpeg")
 MAX_IMGSZ = 4096  # larger sides need more memory than a CI runner has; no YOLO checkpoint is trained above 1536
-OPTIONAL_GATES = ("max_map50_95_drop_rel", "min_int8_map50_95", "max_class_map50_95_drop", "max_latency_ms",
-                  "max_recall_drop", "max_f1_drop", "max_small_map50_95_drop", "max_shift_map50_95_drop")
+OPTIONAL_GATES = ("max_drop_rel", "min_int8_score", "max_class_drop", "max_latency_ms", "max_recall_drop",
+                  "max_f1_drop", "max_small_map50_95_drop", "max_shift_drop")
 MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
 
 
@@ -147,9 +147,8 @@ def _image_size(path: Path, key: str, size: int, listed: bool = False) -> None:
 def _check_gates(gates: Any, path: Path) -> None:
     """Each threshold within the range of what it limits, so that no value switches its gate off unseen."""
     fractions = ("max_map50_95_drop", "max_mask_map50_95_drop", "max_pose_map50_95_drop", "max_top1_drop",
-                 "max_map50_95_drop_rel",
-                 "min_int8_map50_95", "max_class_map50_95_drop", "max_layers_below_sqnr_floor_frac", "max_recall_drop",
-                 "max_f1_drop", "max_small_map50_95_drop", "max_shift_map50_95_drop")
+                 "max_drop_rel", "min_int8_score", "max_class_drop", "max_layers_below_sqnr_floor_frac",
+                 "max_recall_drop", "max_f1_drop", "max_small_map50_95_drop", "max_shift_drop")
     for key in fractions:
         value = getattr(gates, key)
         if value is not None and not 0.0 <= value <= 1.0:

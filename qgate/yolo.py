@@ -63,10 +63,11 @@ def _refused_global(exc: BaseException) -> str | None:
 
 def export_onnx(model, weights: str | Path, imgsz: int, cfg: ExportParams, folder: Path) -> Path:
     """`model` (loaded from `weights`) as a static batch-1 FP32 ONNX at `imgsz`, written to `folder`/model.onnx."""
-    # Ultralytics writes next to the weights: export from a copy so a read-only source folder works.
+    # Ultralytics writes next to the weights it loaded (`pt_path`): export from a copy, so that a read-only source
+    # folder works and a <stem>.onnx beside the user's weights is neither overwritten nor moved away.
     source = folder / "weights.pt"
     shutil.copyfile(weights, source)
-    model.ckpt_path = str(source)
+    model.ckpt_path = model.model.pt_path = str(source)
     # nms=False asks an NMS-free head (v10/26) for its one-to-one [1, K, 6] output; None keeps the raw layout
     exported = model.export(format="onnx", opset=cfg.opset, imgsz=imgsz, dynamic=False, simplify=True, half=False,
                             batch=1, device="cpu", nms=False if cfg.end2end else None)

@@ -29,6 +29,21 @@ def test_export_writes_fp32_ir_and_record(exported_project, tiny_weights):
     assert not any(str(op.get_element_type()) == "<Type: 'float16'>" for op in weights), "IR compressed to FP16"
 
 
+def test_export_writes_nothing_beside_the_weights(tmp_path, tiny_weights):
+    """Ultralytics exports next to the weights it loaded: qgate's export runs on a copy, so a folder holding the
+    weights (and an ONNX of the same stem, the user's) is left as it was."""
+    from tests.conftest import stage_in_process
+
+    weights = tmp_path / "mine" / "tiny.pt"
+    weights.parent.mkdir()
+    weights.write_bytes(tiny_weights.read_bytes())
+    (weights.parent / "tiny.onnx").write_text("the user's own ONNX")
+    project = _project(tmp_path / "project", weights)
+    assert stage_in_process("export", project).returncode == 0
+    assert sorted(p.name for p in weights.parent.iterdir()) == ["tiny.onnx", "tiny.pt"]
+    assert (weights.parent / "tiny.onnx").read_text() == "the user's own ONNX"
+
+
 def _project(tmp_path, weights):
     write_params(tmp_path, weights, make_dataset(tmp_path / "data", images=1))
     return tmp_path

@@ -144,12 +144,12 @@ def _class_dropped(project: Path) -> None:
 BREAKS = [
     ("accuracy_map50_95_drop", _dropped,
      ["= 0.05 [0.04, 0.06] (95%) violates limit <= 0.01", WHERE_TO_LOOK, "reports/bad_cases.csv"]),
-    ("accuracy_map50_95_drop_rel", lambda p: (edit_gates(p, max_map50_95_drop_rel=0.005),
+    ("accuracy_map50_95_drop_rel", lambda p: (edit_gates(p, max_drop_rel=0.005),
                                               _dropped(p, 0.008, 0.006, 0.0095)),  # within the absolute limit
      ["violates limit <= 0.005", f"Look at: {WHERE_TO_LOOK}"]),
-    ("accuracy_int8_map50_95_floor", lambda p: edit_gates(p, min_int8_map50_95=0.99),
+    ("accuracy_int8_map50_95_floor", lambda p: edit_gates(p, min_int8_score=0.99),
      ["violates limit >= 0.99", "the FP32 model is already below the floor"]),
-    ("accuracy_per_class_drop", lambda p: (edit_gates(p, max_class_map50_95_drop=0.1), _class_dropped(p)),
+    ("accuracy_per_class_drop", lambda p: (edit_gates(p, max_class_drop=0.1), _class_dropped(p)),
      ["violates limit <= 0.1", "class 'ellipse'"]),
     ("accuracy_shift_bright_map50_95_drop", _shift_dropped,
      ["= 0.06 [0.04, 0.08] (95%) violates limit <= 0.02", "on clean images the drop is", "reports/robustness.csv",
@@ -384,7 +384,7 @@ def _add_absent_class(project: Path) -> None:
 
 def test_a_class_without_instances_is_na_in_the_report_and_ignored_by_the_class_gate(project):
     _add_absent_class(project)
-    edit_gates(project, max_class_map50_95_drop=0.5)
+    edit_gates(project, max_class_drop=0.5)
     result = run(project, "qgate.judge")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr

@@ -41,8 +41,12 @@ def test_repository_params_load():
         pytest.param(lambda p: p.update(basline={}), "unknown key 'basline'; did you mean 'baseline'?",
                      id="misspelled-section"),
         pytest.param(lambda p: p["gates"].update(min_output_sqnr_db=30),
-                     "'gates.min_output_sqnr_db' is 30, but qgate no longer has this gate; set gates.max_detection_error",
+                     "'gates.min_output_sqnr_db' is 30, but qgate no longer has this key; set gates.max_detection_error",
                      id="replaced-gate-key-with-another-value"),
+        pytest.param(lambda p: p["gates"].update(max_shift_map50_95_drop=0.03),
+                     "'gates.max_shift_map50_95_drop' is 0.03, but qgate no longer has this key; set "
+                     "gates.max_shift_drop (renamed: it judges the task's own metric) instead",
+                     id="renamed-gate-key-with-another-value"),
         pytest.param(lambda p: p["baseline"].update(metrics="out/baseline.json"),
                      "'baseline.metrics' is 'out/baseline.json', but qgate now always writes it to "
                      "'metrics/baseline.json' (output paths are no longer params); delete the key",
@@ -66,8 +70,8 @@ def test_repository_params_load():
                      id="speedup-limit-negative"),
         pytest.param(lambda p: p["gates"].update(max_latency_ms=0),
                      "'gates.max_latency_ms' is 0.0; use a value > 0 or null (gate off)", id="latency-limit-zero"),
-        pytest.param(lambda p: p["gates"].update(min_int8_map50_95=1.5),
-                     "'gates.min_int8_map50_95' is 1.5; use a value in [0, 1] (mAP and fractions lie there) or null",
+        pytest.param(lambda p: p["gates"].update(min_int8_score=1.5),
+                     "'gates.min_int8_score' is 1.5; use a value in [0, 1] (mAP and fractions lie there) or null",
                      id="map-floor-above-one"),
         pytest.param(lambda p: p["gates"].update(max_detection_error=-0.1),
                      "'gates.max_detection_error' is -0.1; use a value >= 0", id="detection-error-negative"),
@@ -92,8 +96,8 @@ def test_repository_params_load():
                      "'robustness.severities' is (0, 3); list distinct severities in 1..5", id="severity-range"),
         pytest.param(lambda p: p.setdefault("robustness", {}).update(severities=[]),
                      "'robustness.severities' is (); list distinct severities in 1..5", id="no-severity"),
-        pytest.param(lambda p: p["gates"].update(max_shift_map50_95_drop=-0.1),
-                     "'gates.max_shift_map50_95_drop' is -0.1; use a value in [0, 1]", id="shift-limit-range"),
+        pytest.param(lambda p: p["gates"].update(max_shift_drop=-0.1),
+                     "'gates.max_shift_drop' is -0.1; use a value in [0, 1]", id="shift-limit-range"),
         pytest.param(lambda p: p["sensitivity"].update(rank_quantile=0.0),
                      "'sensitivity.rank_quantile' is 0.0; use a value in (0, 1]", id="rank-quantile-range"),
         pytest.param(lambda p: p["int8_eval"].update(ci_level=1.0),
@@ -193,8 +197,9 @@ def test_a_params_file_of_an_earlier_release_loads_with_one_notice_and_runs(tmp_
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
-    assert len(notes) == 1 and "34 keys are no longer params" in notes[0] and "baseline.metrics" in notes[0]
+    assert len(notes) == 1 and "37 keys are no longer params" in notes[0] and "baseline.metrics" in notes[0]
     assert "gates.min_output_sqnr_db" in notes[0]  # a replaced gate's key, holding the value it shipped with
+    assert "gates.min_int8_map50_95" in notes[0]  # a renamed one (now gates.min_int8_score), likewise
     resolved = yaml.safe_load((tmp_path / "params.resolved.yaml").read_text())
     assert resolved["compute"]["executor"] == "local"  # added since: its default
     # the same values as this release's file, but for the defaults since changed that the old file spells out:

@@ -115,7 +115,7 @@ def test_promote_registers_stages_refuses_and_bumps(repo, tmp_path):
     params = (repo / "params.yaml").read_text()
     assert "  max_map50_95_drop: 0.01 " in params
     (repo / "params.yaml").write_text(params.replace("  max_map50_95_drop: 0.01 ",
-                                                     "  min_int8_map50_95: 0.99\n  max_map50_95_drop: 0.01 "))
+                                                     "  min_int8_score: 0.99\n  max_map50_95_drop: 0.01 "))
     _dvc(repo, "repro", "params")  # a committed params.yaml its dvc.lock does not resolve is refused first
     git(repo, "commit", "-qam", "tightened gate")
     failed = _make_promote(repo)

@@ -132,7 +132,7 @@ def _judged_like_the_stage(project: Path, metrics: dict) -> None:
                                                             (judged, f"{judged}_ci_low", f"{judged}_ci_high")}
     worst = max(drops, key=lambda key: drops[key].low)
     strict = dataclasses.replace(params, gates=dataclasses.replace(
-        params.gates, max_shift_map50_95_drop=drops[worst].low - 0.001, confidence=0.95))
+        params.gates, max_shift_drop=drops[worst].low - 0.001, confidence=0.95))
     failed = failures(strict, shift_checks(strict, BOX), drops)
     named = f"mAP50-95 under {worst[len('shift_'):].replace('_', ' ')} drop"
     assert any(text.startswith(named) for text in failed), failed
