@@ -193,7 +193,7 @@ def gates(params: Params) -> list[Gate]:
         Gate("speed_int8_latency", "int8_latency_ms", g.max_latency_ms, "<=", _latency, "INT8 median latency, ms"),
         Gate("speed_speedup", "speedup_fps", g.min_speedup, ">=", _speedup, "INT8 / FP32 throughput, x"),
         Gate("drift_detection_error", "detection_error", g.max_detection_error, "<=", _detection_error,
-             "error per detection"),
+             f"error per {task.prediction}"),
         Gate("drift_nan_inf", "nan_inf_layers", 0, "<=", _nan_inf, "layers with NaN or Inf"),
         Gate("drift_layers_below_floor", "layers_below_sqnr_floor_frac", g.max_layers_below_sqnr_floor_frac, "<=",
              _layers_below, "layers below the SQNR floor"),
@@ -401,6 +401,8 @@ def _with_interval(m: Metrics, path: str, key: str, hint: str, caveat: str = "",
 def _resolution(m: Metrics, half_width: float, limit: float, what: str) -> str:
     """What the val set can tell apart, and when the limit is too fine for it."""
     images = int(m.number(m.params.int8_eval.metrics, "images"))
+    if half_width == 0:  # e.g. no image changed class: a resample cannot say how large a drop these images miss
+        return f"{images} images: every resample gives the same drop (FP32 and INT8 score each image alike)"
     text = f"{images} images resolve {what} of about {half_width:.4f}"
     if half_width >= abs(limit) / 2:
         text += f"; the limit {limit:g} is less than twice that: add images or raise the limit"

@@ -70,12 +70,13 @@ def _fold_line(m: Metrics, title: str) -> str:
     p = m.params
     if title == "Where INT8 diverges":
         count = _get(m, p.divergence.metrics, "divergent_layers")
-        return (f"Every gate passed. Detection error {_num(_get(m, p.divergence.metrics, 'detection_error'))} per "
-                f"detection; {_num(count)} divergent layers: per-layer SQNR, for when a gate fails")
+        error = _num(_get(m, p.divergence.metrics, 'detection_error'))
+        return (f"Every gate passed. Error {error} per {recorded(p.export.record).prediction}; {_num(count)} "
+                "divergent layers: per-layer SQNR, for when a gate fails")
     if title == "Sensitivity and autofix":
         fix = "nothing to fix" if not _get(m, p.autofix.metrics, "needed") else "a scope within the target"
         return f"Every gate passed; autofix: {fix}. The quantizer ranking, for when a gate fails"
-    return "Every gate passed. The images whose detections changed most, FP32 vs INT8"
+    return "Every gate passed. The images whose predictions changed most, FP32 vs INT8"
 
 
 def _get(metrics: Metrics, path: str, key: str) -> Any:
@@ -95,6 +96,13 @@ def _num(value: Any, digits: int = 4) -> str:
     if value is None:
         return "missing"
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _resolves(half_width: Any) -> str:
+    """What the val set can tell apart: the drop interval's half-width, unless no resample moved the drop."""
+    if half_width == 0:
+        return "every resample gives the same drop (FP32 and INT8 score each image alike)"
+    return f"this val set resolves drops of about {_num(half_width)}"
 
 
 def _results(m: Metrics) -> Section:
@@ -178,10 +186,10 @@ def _method(m: Metrics) -> Section:
         f"{_range(m, bench, 'speedup_fps', 2)}, {_num(_get(m, bench, 'speedup_latency'), 2)}x latency; "
         f"{own.main.title} drop {_num(_get(m, int8, own.main.stat('drop')))} "
         f"{_range(m, int8, own.main.stat('drop'))} ({_pct(_get(m, int8, own.main.stat('drop_rel')))} of FP32).",
-        f"Accuracy: pycocotools mAP on {_num(_get(m, base, 'images'))} `{p.baseline.split}` images at "
+        f"Accuracy: {own.scorer} on {_num(_get(m, base, 'images'))} `{p.baseline.split}` images at "
         f"{p.model.imgsz} px; intervals from {_num(_get(m, int8, 'bootstrap_samples'))} paired bootstrap resamples "
-        f"of those images (the same resample for FP32 and INT8): this val set resolves drops of about "
-        f"{_num(_get(m, int8, own.main.stat('drop_resolution')))}. Speed: {runtime.timer} on "
+        f"of those images (the same resample for FP32 and INT8): "
+        f"{_resolves(_get(m, int8, own.main.stat('drop_resolution')))}. Speed: {runtime.timer} on "
         f"**{_num(_get(m, bench, 'cpu_model'))}** ({_num(_get(m, bench, 'cpu_isa'))}: INT8's gain depends on these), "
         f"{p.benchmark.device}, hint "
         f"{p.benchmark.hint}, {_num(_get(m, bench, 'pairs'))} interleaved FP32/INT8 pairs of {p.benchmark.seconds} s, "
@@ -246,9 +254,10 @@ def _divergence(m: Metrics) -> Section:
         m.value(p.metrics, "model_sha256")
     except MetricsUnavailable as exc:
         return Section("Where INT8 diverges", [str(exc)])
-    text = [f"Detection error **{_num(_get(m, p.metrics, 'detection_error'))}** per detection (1 - IoU + squared "
-            f"score change, over the {_num(_get(m, p.metrics, 'detections_compared'))} detections FP32 or INT8 "
-            f"makes on {_num(_get(m, p.metrics, 'images'))} images); output SQNR "
+    task = recorded(m.params.export.record)
+    text = [f"Error **{_num(_get(m, p.metrics, 'detection_error'))}** per {task.prediction} ({task.drift_error}, over "
+            f"the {_num(_get(m, p.metrics, 'detections_compared'))} {task.prediction}s FP32 or INT8 makes on "
+            f"{_num(_get(m, p.metrics, 'images'))} images); output SQNR "
             f"{_num(_get(m, p.metrics, 'output_sqnr_db'), 1)} dB over the whole output tensor, background anchors "
             f"included; {_num(_get(m, p.metrics, 'layers_below_sqnr_floor'))} of {len(rows)} layers below "
             f"{p.sqnr_floor_db:g} dB. Local drop = SQNR lost at the layer itself, not carried in from its inputs; "

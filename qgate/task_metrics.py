@@ -38,6 +38,7 @@ class Scored:
     label: str
     named: bool = True  # say the label in titles: boxes are plain "mAP50-95" where they are all a task scores
     bases: tuple[tuple[str, str], tuple[str, str]] = (("map50_95", "mAP50-95"), ("map50", "mAP50"))  # main, second
+    scorer: str = "pycocotools mAP"  # how the report says it was scored
 
     @property
     def iou_type(self) -> str:
@@ -72,7 +73,8 @@ class Scored:
 BOX = Scored("bbox", "", "box", named=False)  # a detector's only family
 MASK = Scored("segm", "mask_", "mask")
 KEYPOINTS = Scored("keypoints", "pose_", "keypoint")
-CLASSES = Scored("classes", "", "class", named=False, bases=(("top1", "top-1 accuracy"), ("top5", "top-5 accuracy")))
+CLASSES = Scored("classes", "", "class", named=False, bases=(("top1", "top-1 accuracy"), ("top5", "top-5 accuracy")),
+                 scorer="top-1 and top-5 accuracy of each image's class probabilities")
 
 
 @dataclass(frozen=True)
@@ -81,11 +83,14 @@ class TaskMetrics:
 
     `objects`: its predictions are objects with a confidence (boxes, masks, keypoints), so the analyses of a
     deployed threshold (recall, F1, the score shift) and of object sizes apply; a classifier's one class per image
-    has neither."""
+    has neither. `prediction` names one of what the drift error is averaged over, `drift_error` says what it
+    measures there (`qgate.tasks`' detection_error)."""
 
     name: str
     scored: tuple[Scored, ...]
     objects: bool = True
+    prediction: str = "detection"
+    drift_error: str = "1 - IoU + squared score change"
 
     @property
     def primary(self) -> Scored:
@@ -99,9 +104,12 @@ class TaskMetrics:
 
 TASK_METRICS = {task.name: task for task in (
     TaskMetrics("detect", (BOX,)),
-    TaskMetrics("segment", (Scored("bbox", "", "box"), MASK)),
-    TaskMetrics("pose", (Scored("bbox", "", "box"), KEYPOINTS)),
-    TaskMetrics("classify", (CLASSES,), objects=False),
+    TaskMetrics("segment", (Scored("bbox", "", "box"), MASK),
+                drift_error="1 - box IoU + squared score change + 1 - mask IoU"),
+    TaskMetrics("pose", (Scored("bbox", "", "box"), KEYPOINTS),
+                drift_error="1 - box IoU + squared score change + 1 - OKS"),
+    TaskMetrics("classify", (CLASSES,), objects=False, prediction="top-class prediction",
+                drift_error="how far the other model's probability of that class moved"),
 )}
 # export refuses the others: OBB (no rotated-box scoring yet)
 GATED_TASKS = ["detect", "segment", "pose", "classify"]

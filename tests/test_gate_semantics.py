@@ -524,6 +524,15 @@ def test_a_limit_finer_than_the_val_set_resolves_says_so(project):
     assert caveat in (project / "reports/gates.xml").read_text()
 
 
+def test_a_resample_that_never_moves_the_drop_claims_no_resolution(project):
+    edit_json(project, "metrics/int8.json", map50_95_drop_resolution=0.0)
+    result = run(project, "qgate.judge")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = (project / "reports/report.md").read_text()
+    assert f"{IMAGES} images: every resample gives the same drop" in report
+    assert "drops of about 0.0000" not in report
+
+
 def test_intervals_at_another_level_than_the_gates_are_stale(project):
     edit_json(project, "metrics/int8.json", ci_level=0.9)
     result = run_gates(project)
