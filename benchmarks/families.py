@@ -2,10 +2,11 @@
 qgate's default params.
 
 For every family marked `benchmark` in tests/families.yaml: write the demo data of its task (`demo.task`: boxes,
-outlines or keypoints; `stages.demo_data`), train it from scratch with the `demo:` schedule
+outlines, keypoints or class folders; `stages.demo_data`), train it from scratch with the `demo:` schedule
 (`stages.demo_train.train_on_demo_data`), then run the real stages (export to benchmark, as `make gate` does) in a
 work folder with the repository's params.yaml, only the model and data changed. Prints FP32 and INT8 of the task's
-own metric (mAP50-95 of boxes, masks or keypoints), the drop and its interval, the speed-up and the CPU.
+own metric (mAP50-95 of boxes, masks or keypoints; a classifier's top-1), the drop and its interval, the speed-up
+and the CPU.
 
     python benchmarks/families.py            # from the project root; the `benchmark` families of tests/families.yaml
     python benchmarks/families.py --families 11 v8-seg --seconds 5
@@ -33,11 +34,11 @@ from qgate import offline  # noqa: E402
 offline.configure()
 
 from qgate.cpu import cpu_info, describe  # noqa: E402
-from qgate.dataset import load_dataset, ultralytics_yaml  # noqa: E402
 from qgate.gates import judge_all  # noqa: E402
-from qgate.params import load_params  # noqa: E402
+from qgate.params import DEMO_DATASET_FILES, DemoParams, load_params  # noqa: E402
 from qgate.task_metrics import TASK_METRICS  # noqa: E402
-from stages.demo_train import ULTRALYTICS_RESULTS, train_on_demo_data, validate_on_demo_data  # noqa: E402
+from stages.demo_train import (ULTRALYTICS_RESULTS, train_on_demo_data, ultralytics_data,  # noqa: E402
+                               validate_on_demo_data)
 
 FAMILIES = yaml.safe_load((ROOT / "tests" / "families.yaml").read_text())["families"]
 STAGES = ("export", "baseline", "quantize", "int8_eval", "divergence", "sensitivity", "autofix", "benchmark")
@@ -46,7 +47,7 @@ STAGES = ("export", "baseline", "quantize", "int8_eval", "divergence", "sensitiv
 def _scaled(stem: str) -> str:
     """The scaled yaml Ultralytics builds from a family's file: yolov8.yaml -> yolov8n.yaml, yolo26 -> yolo26n,
     yolo11-seg -> yolo11n-seg."""
-    base, task = re.fullmatch(r"(.*?)(-seg|-pose)?", stem).groups()
+    base, task = re.fullmatch(r"(.*?)(-seg|-pose|-cls)?", stem).groups()
     return re.sub(r"^(yolov?\d+)(?![\dnslmxtcbe-])", r"\1n", base) + (task or "") + ".yaml"  # yolov10n is scaled
 
 
@@ -55,6 +56,7 @@ def demo_data(task: str, work: Path) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     raw = yaml.safe_load((ROOT / "params.yaml").read_text()) or {}
     raw.setdefault("demo", {})["task"] = task
+    raw.setdefault("model", {})["dataset"] = str(Path(DemoParams.data_dir) / DEMO_DATASET_FILES[task])
     (work / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     done = subprocess.run([sys.executable, "-m", "stages.demo_data"], cwd=work, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -74,10 +76,10 @@ def run_family(family: dict, seconds: int, work: Path, data_root: Path) -> dict:
     try:
         weights = train_on_demo_data(_scaled(Path(family["yaml"]).stem), demo, work / "train")
         validated = validate_on_demo_data(weights, demo, work / "train")
-        dataset = ultralytics_yaml(load_dataset(data_dir / "demo.yaml"), work / "demo.yaml")  # absolute path
+        dataset = ultralytics_data(demo, work)  # an absolute path, for the stages run in `work`
     finally:
         os.chdir(ROOT)
-    ultralytics_map = float(getattr(validated, ULTRALYTICS_RESULTS[own.iou_type]).map)
+    ultralytics_map = float(ULTRALYTICS_RESULTS[own.name](validated)[0])
     train_seconds = time.perf_counter() - start
     raw = yaml.safe_load((ROOT / "params.yaml").read_text()) or {}
     raw.setdefault("model", {}).update(weights=str(weights), dataset=str(dataset), data_dir=str(data_dir))

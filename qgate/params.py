@@ -48,6 +48,15 @@ class DemoParams:
     weights = "models/demo/yolov8n_demo.pt"
     metrics = "metrics/demo_train.json"
 
+    @property
+    def dataset(self) -> str:
+        """What `model.dataset` names to judge the demo model: the yaml the demo writes, or a classify demo's folder."""
+        return str(Path(self.data_dir) / DEMO_DATASET_FILES[self.task])
+
+
+# the file under demo.data_dir that a task's model is judged on: a dataset yaml; a classifier's folder of splits
+DEMO_DATASET_FILES = {"detect": "demo.yaml", "segment": "demo.yaml", "pose": "demo.yaml", "classify": ""}
+
 
 @dataclass(frozen=True)
 class ModelParams:

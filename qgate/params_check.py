@@ -37,9 +37,10 @@ def check_values(params: Any, path: Path) -> None:
         value = getattr(getattr(params, section), key)
         if value is not None and not 0.0 <= value <= 1.0:
             raise QgateError(f"{path}: '{section}.{key}' must be within [0, 1]")
-    _one_of(path, "demo.task", params.demo.task, ("detect", "segment", "pose"))
+    _one_of(path, "demo.task", params.demo.task, ("detect", "segment", "pose", "classify"))
     if not params.demo.classes:
         raise QgateError(f"{path}: 'demo.classes' must list at least one class")
+    _demo_dataset(path, params)
     _one_of(path, "quantize.preset", params.quantize.preset, ("performance", "mixed"))
     _one_of(path, "quantize.model_type", params.quantize.model_type, ("none", "transformer"))
     _one_of(path, "quantize.range_estimator", params.quantize.range_estimator, RANGE_ESTIMATORS)
@@ -134,6 +135,17 @@ def _check_tune(tune: Any, path: Path) -> None:
                                 if key == "max_evaluations" else ""))
     if tune.max_seconds <= 0:
         raise QgateError(f"{path}: 'tune.max_seconds' is {tune.max_seconds}; use a wall-time budget > 0, e.g. 1800")
+
+
+def _demo_dataset(path: Path, params: Any) -> None:
+    """The demo model is judged on the dataset its task's demo writes: a classify demo writes class folders, the
+    others a yaml (caught here, before training, rather than at baseline)."""
+    demo, model = params.demo, params.model
+    written = {Path(demo.data_dir) / "demo.yaml", Path(demo.data_dir)}  # what one demo task or another writes
+    if (Path(model.weights) == Path(demo.weights) and Path(model.dataset) in written
+            and Path(model.dataset) != Path(demo.dataset)):
+        raise QgateError(f"{path}: 'model.dataset' is {model.dataset}, but the {demo.task} demo writes "
+                         f"{demo.dataset}: set model.dataset to {demo.dataset}")
 
 
 def _image_size(path: Path, key: str, size: int, listed: bool = False) -> None:

@@ -1,7 +1,8 @@
-"""Synthetic shapes dataset (seeded) -> Ultralytics layout with train / calib / val splits and a yaml.
+"""Synthetic shapes dataset (seeded) -> Ultralytics layout with train / calib / val splits.
 
 `demo.task` picks the labels: boxes (detect), each shape's own outline (segment), or four keypoints at the
-shape's extreme points, top / right / bottom / left (pose).
+shape's extreme points, top / right / bottom / left (pose), in label files with a dataset yaml; or, for classify,
+one large shape per image filed in its class's folder (Ultralytics' classification layout, no yaml).
 """
 
 from __future__ import annotations
@@ -28,11 +29,51 @@ KEYPOINTS = ("top", "right", "bottom", "left")  # a pose demo's keypoints: the s
 
 @dataclass(frozen=True)
 class DemoLabels:
-    """How the demo labels one task: the label line of a drawn shape, how far shapes may overlap, yaml keys."""
+    """How the demo labels one task of objects: the label line of a drawn shape, how far shapes may overlap, yaml
+    keys. Images under images/<split>, their label files under labels/<split>, and demo.yaml."""
 
     line: Callable[[tuple, np.ndarray], str]  # (class, pixel box, outline), (w, h) -> one YOLO label line
     max_overlap: float  # IoU of the shapes' squares above which a shape is not drawn
     yaml: dict
+
+    def write_split(self, root: Path, split: str, count: int, demo: DemoParams, rng: np.random.Generator) -> int:
+        """Write `count` images of `split` and their labels under `root`; return the number of objects labelled."""
+        (root / "images" / split).mkdir(parents=True)
+        (root / "labels" / split).mkdir(parents=True)
+        instances = 0
+        for i in range(count):
+            image, shapes = draw_image(rng, len(demo.classes), demo.max_objects, self.max_overlap)
+            stem = f"{split}_{i:05d}"
+            cv2.imwrite(str(root / "images" / split / f"{stem}.jpg"), image, JPEG)
+            lines = [self.line(shape, np.array(image.shape[1::-1])) for shape in shapes]
+            if lines:  # no label file: a background image, as Ultralytics expects
+                (root / "labels" / split / f"{stem}.txt").write_text("\n".join(lines) + "\n")
+            instances += len(lines)
+        return instances
+
+    def write_index(self, root: Path, final: Path, demo: DemoParams) -> None:
+        """demo.yaml: its `path` is the final location relative to the project root, where Ultralytics resolves it
+        too."""
+        spec = {"path": final.as_posix(), **{s: f"images/{s}" for s in SPLITS},
+                "names": dict(enumerate(demo.classes)), **self.yaml}
+        write_text(root / "demo.yaml", yaml.safe_dump(spec, sort_keys=False))
+
+
+class ClassFolders:
+    """The classify demo: one large shape per image, inside the centre square a classifier's crop keeps, filed under
+    <split>/<class>/ (every class has its folder, as torchvision's ImageFolder numbers classes by them)."""
+
+    def write_split(self, root: Path, split: str, count: int, demo: DemoParams, rng: np.random.Generator) -> int:
+        """Write `count` images of `split` under `root`, each in its class's folder; return `count`."""
+        for name in demo.classes:
+            (root / split / name).mkdir(parents=True)
+        for i in range(count):
+            image, cls, _ = draw_centred_shape(rng, len(demo.classes))
+            cv2.imwrite(str(root / split / demo.classes[cls] / f"{split}_{i:05d}.jpg"), image, JPEG)
+        return count
+
+    def write_index(self, root: Path, final: Path, demo: DemoParams) -> None:
+        """Nothing: the folders are the index (`model.dataset` names demo.data_dir)."""
 
 
 def _box_line(shape: tuple, size: np.ndarray) -> str:
@@ -56,6 +97,9 @@ DEMO_LABELS = {
     # a left-right flip swaps the right and left points (Ultralytics' flip_idx)
     "pose": DemoLabels(_pose_line, 0.0, {"kpt_shape": [len(KEYPOINTS), 3], "flip_idx": [0, 3, 2, 1]}),
 }
+DEMO_LAYOUTS = {**DEMO_LABELS, "classify": ClassFolders()}  # how each demo task writes its dataset
+JPEG = [cv2.IMWRITE_JPEG_QUALITY, 92]
+CENTRED_SIZE = (0.45, 0.85)  # a classify demo shape's side, as a share of the image's shorter side
 
 
 def main(params: Params) -> dict:
@@ -63,37 +107,16 @@ def main(params: Params) -> dict:
     demo = params.demo
     out = Path(demo.data_dir)
     counts = {}
+    layout = DEMO_LAYOUTS[demo.task]
     with atomic_dir(out) as tmp:
         for index, split in enumerate(SPLITS):
             rng = np.random.default_rng([demo.seed, index])
             count = getattr(demo, f"{split}_images")
             counts[f"{split}_images"] = count
-            counts[f"{split}_instances"] = _write_split(tmp, split, count, demo, rng)
-        _write_yaml(tmp, out, demo)
+            counts[f"{split}_instances"] = layout.write_split(tmp, split, count, demo, rng)
+        layout.write_index(tmp, out, demo)
     log.info("demo_data: %s", counts)
     return counts
-
-
-def _write_split(root: Path, split: str, count: int, demo: DemoParams, rng: np.random.Generator) -> int:
-    (root / "images" / split).mkdir(parents=True)
-    (root / "labels" / split).mkdir(parents=True)
-    instances = 0
-    for i in range(count):
-        image, shapes = draw_image(rng, len(demo.classes), demo.max_objects, DEMO_LABELS[demo.task].max_overlap)
-        stem = f"{split}_{i:05d}"
-        cv2.imwrite(str(root / "images" / split / f"{stem}.jpg"), image, [cv2.IMWRITE_JPEG_QUALITY, 92])
-        lines = [label_line(shape, demo.task, image.shape[:2]) for shape in shapes]
-        if lines:  # no label file: a background image, as Ultralytics expects
-            (root / "labels" / split / f"{stem}.txt").write_text("\n".join(lines) + "\n")
-        instances += len(lines)
-    return instances
-
-
-def _write_yaml(root: Path, final: Path, demo: DemoParams) -> None:
-    # `path` is the final location relative to the project root, where Ultralytics resolves it too.
-    spec = {"path": final.as_posix(), **{s: f"images/{s}" for s in SPLITS},
-            "names": dict(enumerate(demo.classes)), **DEMO_LABELS[demo.task].yaml}
-    write_text(root / "demo.yaml", yaml.safe_dump(spec, sort_keys=False))
 
 
 def label_line(shape: tuple, task: str, size: tuple[int, int]) -> str:
@@ -129,6 +152,22 @@ def draw_image(rng: np.random.Generator, num_classes: int, max_objects: int,
         shapes.append((cls, tight, outline))
     noise = rng.normal(0, 6, image.shape)
     return np.clip(image + noise, 0, 255).astype(np.uint8), shapes
+
+
+def draw_centred_shape(rng: np.random.Generator, num_classes: int) -> tuple[np.ndarray, int, tuple]:
+    """One BGR image of one large shape inside its centre square (what a classifier's centre crop keeps), on the
+    detection demo's cluttered background; its class and its tight pixel box (x1, y1, x2, y2)."""
+    h, w = IMAGE_SHAPES[rng.integers(len(IMAGE_SHAPES))]
+    image = _background(rng, h, w)
+    side = min(h, w)
+    size = int(rng.integers(int(side * CENTRED_SIZE[0]), int(side * CENTRED_SIZE[1])))
+    left, top = (w - side) // 2, (h - side) // 2
+    x0, y0 = left + int(rng.integers(0, side - size + 1)), top + int(rng.integers(0, side - size + 1))
+    cls = int(rng.integers(num_classes))
+    colour = _contrasting_colour(rng, image[y0:y0 + size, x0:x0 + size].mean(axis=(0, 1)))
+    tight, _ = _draw_shape(image, cls, (x0, y0, x0 + size, y0 + size), colour, rng)
+    noise = rng.normal(0, 6, image.shape)
+    return np.clip(image + noise, 0, 255).astype(np.uint8), cls, tight
 
 
 def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:

@@ -3,12 +3,16 @@ own readers accept them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import yaml
 
+from qgate.class_folders import class_of
 from qgate.dataset import label_path, load_dataset, read_keypoints, read_labels, read_segments, split_images
 from qgate.params import load_params
+from qgate.tasks import TASKS
 from stages import demo_data
 
 SMALL = {"train_images": 2, "calib_images": 1, "val_images": 6}
@@ -52,3 +56,32 @@ def test_the_detect_demo_has_box_labels_and_no_task_keys(tmp_path, monkeypatch):
     assert "kpt_shape" not in yaml.safe_load(dataset.yaml_path.read_text())
     assert sum(len(read_labels(path, len(dataset.names))) for path in labels) > 6
     assert all(len(line.split()) == 5 for path in labels if path.exists() for line in path.read_text().splitlines())
+
+
+def test_the_classify_demo_files_one_centred_shape_per_image_under_its_class(tmp_path, monkeypatch):
+    (tmp_path / "classify").mkdir()
+    monkeypatch.chdir(tmp_path / "classify")
+    demo = {"task": "classify", "train_images": 40, "calib_images": 4, "val_images": 8}
+    Path("params.yaml").write_text(yaml.safe_dump({"demo": demo, "model": {"dataset": "data/demo"}}))
+    counts = demo_data.main(load_params("params.yaml"))
+    dataset = TASKS["classify"].dataset("data/demo")  # the classifier's own reader accepts it
+    assert sorted(dataset.names) == sorted(load_params("params.yaml").demo.classes)
+    assert not Path("data/demo/demo.yaml").exists() and not Path("data/demo/labels").exists()
+    for split in ("train", "calib", "val"):
+        images = split_images(dataset, split)
+        assert len(images) == counts[f"{split}_images"] == counts[f"{split}_instances"] == demo[f"{split}_images"]
+        assert all(class_of(image, dataset.names) >= 0 for image in images)
+    assert len({image.parent.name for image in split_images(dataset, "train")}) == len(dataset.names)
+
+
+def test_a_classify_demo_shape_is_large_and_inside_the_centre_square():
+    classes = set()
+    for seed in range(40):
+        image, cls, (x1, y1, x2, y2) = demo_data.draw_centred_shape(np.random.default_rng(seed), 4)
+        h, w = image.shape[:2]
+        side = min(h, w)
+        left, top = (w - side) / 2, (h - side) / 2
+        assert left - 1 <= x1 and x2 <= left + side + 1 and top - 1 <= y1 and y2 <= top + side + 1
+        assert max(x2 - x1, y2 - y1) >= 0.9 * demo_data.CENTRED_SIZE[0] * side  # a star spans 95% of its square
+        classes.add(cls)
+    assert classes == {0, 1, 2, 3}

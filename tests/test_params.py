@@ -130,6 +130,12 @@ def test_repository_params_load():
                      id="tune-no-time"),
         pytest.param(lambda p: p["benchmark"].update(repeats=1),
                      "'repeats' >= 2 (an interval needs two pairs)", id="one-benchmark-pair"),
+        pytest.param(lambda p: p["demo"].update(task="classify"),
+                     "'model.dataset' is data/demo/demo.yaml, but the classify demo writes data/demo: set "
+                     "model.dataset to data/demo", id="classify-demo-judged-on-a-yaml"),
+        pytest.param(lambda p: p["model"].update(dataset="data/demo"),
+                     "'model.dataset' is data/demo, but the detect demo writes data/demo/demo.yaml",
+                     id="detect-demo-judged-on-its-folder"),
         pytest.param(lambda p: p["autofix"].update(price_rounds=1),
                      "'autofix.price_rounds' is 1 and 'price_seconds' 2; use 0 rounds (no pricing) or 2 or more",
                      id="one-price-round"),

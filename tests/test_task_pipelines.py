@@ -169,7 +169,7 @@ def test_qgate_scores_like_pycocotools_on_ultralytics_own_predictions(judged, ul
     truth = task.ground_truth(images, [cv2.imread(str(path)).shape[:2] for path in images], names)
     for family in task.metrics.scored:
         pycocotools = coco_map(truth, [dict(p) for p in theirs], family.iou_type)[0]
-        printed = getattr(result, ULTRALYTICS_RESULTS[family.iou_type]).map
+        printed = ULTRALYTICS_RESULTS[family.name](result)[0]
         print(f"{judged.task} {family.main.title}: qgate {baseline[family.main.key]:.4f}, pycocotools on Ultralytics' "
               f"predictions {pycocotools:.4f}, Ultralytics printed {printed:.4f} ({len(images)} images)")
         assert baseline[family.main.key] == pytest.approx(pycocotools, abs=0.005)
