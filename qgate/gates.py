@@ -312,8 +312,9 @@ def _clipping_hint(m: Metrics) -> str:
         return ""  # a hint, not a verdict: an older sensitivity.json only loses this sentence
     if share <= CLIPPING_DOMINATES or m.params.quantize.range_estimator == "minmax":
         return ""
-    return (f". Clipping is {share:.0%} of the quantization error where it costs detections ({sens.csv}, weighted "
-            "by the error each group's float version removes): try `range_estimator: minmax` under `quantize:` "
+    prediction = recorded(m.params.export.record).prediction
+    return (f". Clipping is {share:.0%} of the quantization error where it moves the {prediction}s ({sens.csv}, "
+            "weighted by the error each group's float version removes): try `range_estimator: minmax` under `quantize:` "
             "(the widest ranges; `make tune` tries it)")
 
 
@@ -589,8 +590,10 @@ def _detection_error(m: Metrics, limit: float) -> Reading:
     path = m.params.divergence.metrics
     compared = int(m.number(path, "detections_compared"))
     hint = f"{where_to_look(m)}; the ranking in {m.params.sensitivity.csv} (which quantizers, kept float, remove it)"
-    caveat = (f"mean of 1 - IoU + squared score change over the {compared} detections FP32 or INT8 makes on "
-              f"{int(m.number(path, 'images'))} images (score >= {m.params.int8_eval.bad_case_conf:g})")
+    task = recorded(m.params.export.record)
+    confident = f" (score >= {m.params.int8_eval.bad_case_conf:g})" if task.objects else ""  # a top class: any score
+    caveat = (f"mean of {task.drift_error} over the {compared} {task.prediction}s FP32 or INT8 makes on "
+              f"{int(m.number(path, 'images'))} images{confident}")
     return Reading(m.number(path, "detection_error"), hint, caveat=caveat)
 
 
