@@ -314,8 +314,8 @@ def _clipping_hint(m: Metrics) -> str:
         return ""
     prediction = recorded(m.params.export.record).prediction
     return (f". Clipping is {share:.0%} of the quantization error where it moves the {prediction}s ({sens.csv}, "
-            "weighted by the error each group's float version removes): try `range_estimator: minmax` under `quantize:` "
-            "(the widest ranges; `make tune` tries it)")
+            "weighted by the error each group's float version removes): try `range_estimator: minmax` under "
+            "`quantize:` (the widest ranges; `make tune` tries it)")
 
 
 def autofix_family(m: Metrics) -> Scored:
@@ -399,11 +399,15 @@ def _with_interval(m: Metrics, path: str, key: str, hint: str, caveat: str = "",
                    level, caveat, samples, unit)
 
 
+# a drop interval of width 0 (e.g. no image changed class): a resample cannot say how large a drop these images miss
+SAME_IN_EVERY_RESAMPLE = "every resample gives the same drop (FP32 and INT8 score each image alike)"
+
+
 def _resolution(m: Metrics, half_width: float, limit: float, what: str) -> str:
     """What the val set can tell apart, and when the limit is too fine for it."""
     images = int(m.number(m.params.int8_eval.metrics, "images"))
-    if half_width == 0:  # e.g. no image changed class: a resample cannot say how large a drop these images miss
-        return f"{images} images: every resample gives the same drop (FP32 and INT8 score each image alike)"
+    if half_width == 0:
+        return f"{images} images: {SAME_IN_EVERY_RESAMPLE}"
     text = f"{images} images resolve {what} of about {half_width:.4f}"
     if half_width >= abs(limit) / 2:
         text += f"; the limit {limit:g} is less than twice that: add images or raise the limit"

@@ -20,7 +20,7 @@ from typing import Any
 
 from qgate.errors import QgateError
 from qgate.io import read_yaml
-from qgate.params_check import check_values
+from qgate.params_check import DEMO_DATASET_FILES, check_values
 
 DEFAULT_PARAMS = Path("params.yaml")
 DEFAULTS = Path(__file__).with_name("defaults.yaml")
@@ -52,10 +52,6 @@ class DemoParams:
     def dataset(self) -> str:
         """What `model.dataset` names to judge the demo model: the yaml the demo writes, or a classify demo's folder."""
         return str(Path(self.data_dir) / DEMO_DATASET_FILES[self.task])
-
-
-# the file under demo.data_dir that a task's model is judged on: a dataset yaml; a classifier's folder of splits
-DEMO_DATASET_FILES = {"detect": "demo.yaml", "segment": "demo.yaml", "pose": "demo.yaml", "classify": ""}
 
 
 @dataclass(frozen=True)

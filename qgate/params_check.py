@@ -22,6 +22,8 @@ SHIFT_NAMES = ("dark", "bright", "low_contrast", "gaussian_noise", "defocus_blur
 MAX_IMGSZ = 4096  # larger sides need more memory than a CI runner has; no YOLO checkpoint is trained above 1536
 OPTIONAL_GATES = ("max_drop_rel", "min_int8_score", "max_class_drop", "max_latency_ms", "max_recall_drop",
                   "max_f1_drop", "max_small_map50_95_drop", "max_shift_drop")
+# the file under demo.data_dir that a task's demo model is judged on: a dataset yaml; a classifier's folder of splits
+DEMO_DATASET_FILES = {"detect": "demo.yaml", "segment": "demo.yaml", "pose": "demo.yaml", "classify": ""}
 MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
 
 
@@ -141,7 +143,7 @@ def _demo_dataset(path: Path, params: Any) -> None:
     """The demo model is judged on the dataset its task's demo writes: a classify demo writes class folders, the
     others a yaml (caught here, before training, rather than at baseline)."""
     demo, model = params.demo, params.model
-    written = {Path(demo.data_dir) / "demo.yaml", Path(demo.data_dir)}  # what one demo task or another writes
+    written = {Path(demo.data_dir) / name for name in DEMO_DATASET_FILES.values()}  # what any demo task writes
     if (Path(model.weights) == Path(demo.weights) and Path(model.dataset) in written
             and Path(model.dataset) != Path(demo.dataset)):
         raise QgateError(f"{path}: 'model.dataset' is {model.dataset}, but the {demo.task} demo writes "

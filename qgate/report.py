@@ -14,7 +14,7 @@ from qgate import registry
 from qgate.cpu import describe
 from qgate.deploy import RUNTIMES
 from qgate.errors import QgateError
-from qgate.gates import Metrics, MetricsUnavailable, Verdict, autofix_family, gates
+from qgate.gates import SAME_IN_EVERY_RESAMPLE, Metrics, MetricsUnavailable, Verdict, autofix_family, gates
 from qgate.io import read_json, write_bytes, write_text
 from qgate.page import Section, figure, render_html, render_markdown
 from qgate.params import Params
@@ -101,7 +101,7 @@ def _num(value: Any, digits: int = 4) -> str:
 def _resolves(half_width: Any) -> str:
     """What the val set can tell apart: the drop interval's half-width, unless no resample moved the drop."""
     if half_width == 0:
-        return "every resample gives the same drop (FP32 and INT8 score each image alike)"
+        return SAME_IN_EVERY_RESAMPLE
     return f"this val set resolves drops of about {_num(half_width)}"
 
 

@@ -150,8 +150,12 @@ def draw_image(rng: np.random.Generator, num_classes: int, max_objects: int,
         tight, outline = _draw_shape(image, cls, box, colour, rng)
         boxes.append(box)
         shapes.append((cls, tight, outline))
-    noise = rng.normal(0, 6, image.shape)
-    return np.clip(image + noise, 0, 255).astype(np.uint8), shapes
+    return _with_noise(rng, image), shapes
+
+
+def _with_noise(rng: np.random.Generator, image: np.ndarray) -> np.ndarray:
+    """`image` with the demo's sensor noise, as uint8."""
+    return np.clip(image + rng.normal(0, 6, image.shape), 0, 255).astype(np.uint8)
 
 
 def draw_centred_shape(rng: np.random.Generator, num_classes: int) -> tuple[np.ndarray, int, tuple]:
@@ -166,8 +170,7 @@ def draw_centred_shape(rng: np.random.Generator, num_classes: int) -> tuple[np.n
     cls = int(rng.integers(num_classes))
     colour = _contrasting_colour(rng, image[y0:y0 + size, x0:x0 + size].mean(axis=(0, 1)))
     tight, _ = _draw_shape(image, cls, (x0, y0, x0 + size, y0 + size), colour, rng)
-    noise = rng.normal(0, 6, image.shape)
-    return np.clip(image + noise, 0, 255).astype(np.uint8), cls, tight
+    return _with_noise(rng, image), cls, tight
 
 
 def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
