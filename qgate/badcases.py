@@ -58,7 +58,11 @@ def _draw(image: np.ndarray, detections: list[dict], conf: float, names: tuple[s
         if det["score"] < conf:
             continue
         x, y, w, h = (int(round(v * scale)) for v in det["bbox"])
-        cv2.rectangle(canvas, (x, y), (x + w, y + h), color, 2)
+        if "poly" in det:  # an oriented box: its corners
+            corners = np.round(np.reshape(det["poly"], (-1, 2)) * scale).astype(np.int32)
+            cv2.polylines(canvas, [corners], True, color, 2)
+        else:
+            cv2.rectangle(canvas, (x, y), (x + w, y + h), color, 2)
         _label(canvas, f"{names[det['category_id'] - 1]} {det['score']:.2f}", (x, y), color)
     _label(canvas, title, (0, 22), (40, 40, 40), font_scale=0.6)
     return canvas

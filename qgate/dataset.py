@@ -137,6 +137,21 @@ def read_segments(path: Path, num_classes: int) -> list[tuple[int, np.ndarray]]:
     return list(instances.values())
 
 
+def read_oriented(path: Path, num_classes: int) -> list[tuple[int, np.ndarray]]:
+    """(class, corners [k, 2] normalized) per oriented box, duplicate lines dropped: DOTA's four corners
+    (`class x1 y1 x2 y2 x3 y3 x4 y4`), or any polygon, which Ultralytics reads as its smallest rotated rectangle.
+    A `class cx cy w h` line has no angle and is refused, naming it."""
+    instances = {}
+    for number, line in _label_lines(path):
+        values = _parse_label_line(path, number, line, num_classes)
+        if len(values) < 7:
+            raise QgateError(f"{path}:{number}: an oriented-box label is 'class x1 y1 x2 y2 x3 y3 x4 y4' (DOTA's "
+                             f"corners, normalized); got {len(values)} values, a box without an angle: an OBB model "
+                             "is judged on an OBB dataset")
+        instances.setdefault(tuple(values), (int(values[0]), np.array(values[1:]).reshape(-1, 2)))
+    return list(instances.values())
+
+
 def read_keypoints(path: Path, num_classes: int, kpt_shape: tuple[int, int]) -> list[tuple[int, np.ndarray,
                                                                                             np.ndarray]]:
     """(class, box cx cy w h, keypoints [k, 3] x y v) per instance, normalized; v 0 = unlabelled.
@@ -146,11 +161,7 @@ def read_keypoints(path: Path, num_classes: int, kpt_shape: tuple[int, int]) -> 
     """
     count, dims = kpt_shape
     instances = {}
-    if not path.exists():
-        return []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in _label_lines(path):
         values = _numbers(path, number, line)
         if len(values) != 5 + count * dims:
             raise QgateError(f"{path}:{number}: expected 'class cx cy w h' and {count} keypoints of {dims} values "
@@ -167,12 +178,17 @@ def read_keypoints(path: Path, num_classes: int, kpt_shape: tuple[int, int]) -> 
     return list(instances.values())
 
 
-def _label_values(path: Path, num_classes: int) -> list[list[float]]:
-    """The validated numbers of every non-empty line of a label file (none when the file is missing)."""
+def _label_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, text) of every non-empty line of a label file; none when the file is missing (a background
+    image)."""
     if not path.exists():
         return []
-    return [_parse_label_line(path, number, line, num_classes)
-            for number, line in enumerate(path.read_text().splitlines(), start=1) if line.strip()]
+    return [(number, line) for number, line in enumerate(path.read_text().splitlines(), start=1) if line.strip()]
+
+
+def _label_values(path: Path, num_classes: int) -> list[list[float]]:
+    """The validated numbers of every non-empty line of a label file (none when the file is missing)."""
+    return [_parse_label_line(path, number, line, num_classes) for number, line in _label_lines(path)]
 
 
 def _box_row(values: list[float]) -> list[float]:

@@ -30,9 +30,9 @@ class Check:
 
 def at_conf_checks(params: Params, task: TaskMetrics) -> list[Check]:
     """The active at-threshold gates (recall and F1 drops at deploy.conf) of the task's own metric family; none for
-    a task whose predictions are not objects (a classifier's top-1 has no threshold)."""
+    a task without them (a classifier's top-1 has no threshold; oriented boxes have no pycocotools matches)."""
     g, family = params.gates, task.primary
-    if not task.objects:
+    if not task.deployment_analyses:
         return []
     rates = (("recall", "recall", g.max_recall_drop, "max_recall_drop"), ("f1", "F1", g.max_f1_drop, "max_f1_drop"))
     return [Check(family.key(f"{rate}_at_conf"), f"{family.title(title)} at deploy.conf", limit, f"gates.{setting}")

@@ -185,7 +185,7 @@ def gates(params: Params) -> list[Gate]:
         Gate("accuracy_per_class_drop" if own.unprefixed else f"accuracy_per_class_{own.label}_drop",
              f"worst class {own.main.key} drop", g.max_class_drop, "<=", _reader(_class_drop, own),
              f"worst class's {own.main.title} drop"),
-        *(_object_gates(g, own) if task.objects else ()),
+        *(_object_gates(g, own) if task.deployment_analyses else ()),
         *(Gate(f"accuracy_shift_{name}_{own.main.stat('drop')}", f"{name} {own.main.stat('drop')}",
                g.max_shift_drop, "<=", _reader(_shift_drop, own, name),
                f"{own.main.title} drop under {name.replace('_', ' ')}, FP32 - INT8")
@@ -207,8 +207,8 @@ def gates(params: Params) -> list[Gate]:
 
 
 def _object_gates(g, own: Scored) -> list[Gate]:
-    """The gates of a task whose predictions are objects with a confidence: at the deployed threshold, and on small
-    objects (a classifier's one class per image has neither)."""
+    """The gates of a task with deployment analyses: at the deployed threshold, and on small objects (a classifier's
+    one class per image has neither; oriented boxes are not matched by pycocotools, which both read)."""
     return [
         *(Gate(f"accuracy_{own.key(f'{rate}_at_conf_drop')}", own.key(f"{rate}_at_conf_drop"), limit, "<=",
                _reader(_at_conf_drop, own, rate), f"{own.title(title)} at deploy.conf drop, FP32 - INT8")

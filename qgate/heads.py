@@ -8,7 +8,8 @@ one of two output layouts, told apart by shape at export and recorded in the exp
   `export.end2end: true`), already top-K, no NMS.
 
 `extra` are the values a task's head adds per detection (a segment head's mask coefficients); they travel
-with each detection row, after the class column, and take no part in NMS or the detection error.
+with each detection row, after the class column, and take no part in NMS or the detection error. An OBB head's
+extra value, its angle, does (`OrientedHead`: rotated NMS and ProbIoU, `qgate.rotated_boxes`).
 
 The head decode (DFL, anchors, strides, the class sigmoid, top-K, a pose head's keypoint decode) is found from
 the graph, not from a family's node names: it is every op an output depends on without passing through a
@@ -24,6 +25,7 @@ import cv2
 import numpy as np
 
 from qgate.errors import QgateError
+from qgate.rotated_boxes import fast_nms, paired_probiou
 
 CLASS_OFFSET = 7680  # Ultralytics' max_wh: separates classes so one NMS pass is class-aware
 MAX_NMS_CANDIDATES = 30000
@@ -139,6 +141,46 @@ class End2EndHead:
             if len(same):
                 counterpart[k] = same[int(_paired_iou(np.repeat(box[None], len(same), 0), same[:, :4]).argmax()), 6:]
         return ref[:, :4], ref[:, 6:], counterpart
+
+
+class OrientedHead:
+    """[4+nc+1, anchors] per image: an OBB head's boxes (cx, cy, w, h in input pixels), sigmoided class scores and
+    the angle in radians last; Ultralytics' rotated NMS turns it into detections."""
+
+    layout = "raw"
+
+    def _scores(self, output: np.ndarray) -> np.ndarray:
+        return output[4:-1]
+
+    def _boxes(self, output: np.ndarray) -> np.ndarray:
+        """(anchors, 5) xywhr of every anchor."""
+        return np.concatenate([output[:4], output[-1:]]).T
+
+    def detections(self, output: np.ndarray, settings: Postprocess) -> np.ndarray:
+        """Rows (cx, cy, w, h, score, class, angle) as Ultralytics' OBB validator keeps them: every class scoring
+        above `conf` (multi-label), at most 30000 by score, class-aware Fast-NMS by ProbIoU, `max_det`."""
+        scores = self._scores(output)
+        anchors, classes = np.nonzero(scores.T > settings.conf)
+        confidences = scores[classes, anchors]
+        top = np.argsort(-confidences, kind="stable")[:MAX_NMS_CANDIDATES]
+        anchors, classes, confidences = anchors[top], classes[top], confidences[top]
+        boxes = self._boxes(output)[anchors]
+        keep = fast_nms(boxes, confidences, classes, settings.iou)[: settings.max_det]
+        return np.concatenate([boxes[keep, :4], confidences[keep, None], classes[keep, None], boxes[keep, 4:]],
+                              axis=1).astype(np.float32)
+
+    def confident(self, output: np.ndarray, conf: float) -> np.ndarray:
+        """Anchors where some class scores at least `conf`."""
+        return self._scores(output).max(0) >= conf
+
+    def detection_error(self, out: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> float:
+        """Sum over the reference's confident anchors: 1 - ProbIoU of the two oriented boxes, plus the squared change
+        of the reference's best class score (as `RawHead.detection_error`, with the angle in the overlap)."""
+        columns = np.arange(int(mask.sum()))
+        best = self._scores(reference[:, mask]).argmax(0)
+        score_change = self._scores(reference[:, mask])[best, columns] - self._scores(out[:, mask])[best, columns]
+        overlap = paired_probiou(self._boxes(reference)[mask], self._boxes(out)[mask])
+        return float(np.sum(1 - overlap + score_change ** 2))
 
 
 HEADS = {head.layout: head for head in (RawHead, End2EndHead)}

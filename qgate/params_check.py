@@ -23,7 +23,8 @@ MAX_IMGSZ = 4096  # larger sides need more memory than a CI runner has; no YOLO 
 OPTIONAL_GATES = ("max_drop_rel", "min_int8_score", "max_class_drop", "max_latency_ms", "max_recall_drop",
                   "max_f1_drop", "max_small_map50_95_drop", "max_shift_drop")
 # the file under demo.data_dir that a task's demo model is judged on: a dataset yaml; a classifier's folder of splits
-DEMO_DATASET_FILES = {"detect": "demo.yaml", "segment": "demo.yaml", "pose": "demo.yaml", "classify": ""}
+DEMO_DATASET_FILES = {"detect": "demo.yaml", "segment": "demo.yaml", "pose": "demo.yaml", "obb": "demo.yaml",
+                      "classify": ""}
 MIN_BOOTSTRAP_SAMPLES = 100  # fewer resamples put the 2.5% tails of a 95% interval on 2 or 3 values
 
 
@@ -39,7 +40,7 @@ def check_values(params: Any, path: Path) -> None:
         value = getattr(getattr(params, section), key)
         if value is not None and not 0.0 <= value <= 1.0:
             raise QgateError(f"{path}: '{section}.{key}' must be within [0, 1]")
-    _one_of(path, "demo.task", params.demo.task, ("detect", "segment", "pose", "classify"))
+    _one_of(path, "demo.task", params.demo.task, tuple(DEMO_DATASET_FILES))
     if not params.demo.classes:
         raise QgateError(f"{path}: 'demo.classes' must list at least one class")
     _demo_dataset(path, params)

@@ -39,9 +39,10 @@ def build(metrics: Metrics, verdicts: list[Verdict], params_text: str) -> tuple[
     """
     params = metrics.params
     verdict = headline(verdicts)
+    analysed = recorded(params.export.record).deployment_analyses  # a classifier or oriented boxes: neither section
     sections = [_results(metrics), _gates(params, verdicts), _registry(metrics), _autofix(metrics),
-                _divergence(metrics), _at_threshold(metrics), _shifted(metrics), _per_size(metrics),
-                _per_class(metrics),
+                _divergence(metrics), *([_at_threshold(metrics)] if analysed else []), _shifted(metrics),
+                *([_per_size(metrics)] if analysed else []), _per_class(metrics),
                 _bad_cases(metrics), *_runtimes(metrics), _method(metrics),
                 Section("Params used", ["`params.yaml` as judged:"], code=params_text, code_collapsed=True)]
     if all(v.passed for v in verdicts):

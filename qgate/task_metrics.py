@@ -33,7 +33,8 @@ class Scored:
     (`qgate.tasks`).
     """
 
-    name: str  # how it is scored and what records name it: a pycocotools iouType, or `classes` (top-k accuracy)
+    name: str  # how it is scored and what records name it: a pycocotools iouType, `rotated` (Ultralytics' mAP of
+    # oriented boxes) or `classes` (top-k accuracy)
     prefix: str
     label: str
     named: bool = True  # say the label in titles: boxes are plain "mAP50-95" where they are all a task scores
@@ -73,6 +74,8 @@ class Scored:
 BOX = Scored("bbox", "", "box", named=False)  # a detector's only family
 MASK = Scored("segm", "mask_", "mask")
 KEYPOINTS = Scored("keypoints", "pose_", "keypoint")
+ROTATED = Scored("rotated", "", "oriented box", named=False,
+                 scorer="Ultralytics' OBB mAP (ProbIoU matching, 101-point trapezoid AP)")
 CLASSES = Scored("classes", "", "class", named=False, bases=(("top1", "top-1 accuracy"), ("top5", "top-5 accuracy")),
                  scorer="top-1 and top-5 accuracy of each image's class probabilities")
 
@@ -81,14 +84,16 @@ CLASSES = Scored("classes", "", "class", named=False, bases=(("top1", "top-1 acc
 class TaskMetrics:
     """A task's scored families, boxes first; the last is the task's own metric, the one it is judged on first.
 
-    `objects`: its predictions are objects with a confidence (boxes, masks, keypoints), so the analyses of a
-    deployed threshold (recall, F1, the score shift) and of object sizes apply; a classifier's one class per image
-    has neither. `prediction` names one of what the drift error is averaged over, `drift_error` says what it
-    measures there (`qgate.tasks`' detection_error)."""
+    `objects`: its predictions are objects with a confidence (boxes, masks, keypoints, oriented boxes): bad cases
+    count the confident ones; a classifier's one class per image has no threshold. `deployment_analyses`: the
+    analyses of a deployed threshold (recall, F1, the score shift) and of object sizes apply; they read pycocotools'
+    matches, which oriented boxes do not have. `prediction` names one of what the drift error is averaged over,
+    `drift_error` says what it measures there (`qgate.tasks`' detection_error)."""
 
     name: str
     scored: tuple[Scored, ...]
     objects: bool = True
+    deployment_analyses: bool = True
     prediction: str = "detection"
     drift_error: str = "1 - IoU + squared score change"
 
@@ -108,11 +113,12 @@ TASK_METRICS = {task.name: task for task in (
                 drift_error="1 - box IoU + squared score change + 1 - mask IoU"),
     TaskMetrics("pose", (Scored("bbox", "", "box"), KEYPOINTS),
                 drift_error="1 - box IoU + squared score change + 1 - OKS"),
-    TaskMetrics("classify", (CLASSES,), objects=False, prediction="top-class prediction",
+    TaskMetrics("obb", (ROTATED,), deployment_analyses=False,
+                drift_error="1 - ProbIoU of the oriented boxes + squared score change"),
+    TaskMetrics("classify", (CLASSES,), objects=False, deployment_analyses=False, prediction="top-class prediction",
                 drift_error="how far the other model's probability of that class moved"),
 )}
-# export refuses the others: OBB (no rotated-box scoring yet)
-GATED_TASKS = ["detect", "segment", "pose", "classify"]
+GATED_TASKS = list(TASK_METRICS)  # every Ultralytics task
 
 
 def recorded(record_path: str | Path) -> TaskMetrics:

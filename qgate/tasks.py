@@ -1,5 +1,5 @@
-"""What a model's outputs mean, per Ultralytics task: how an image becomes its input, which outputs it reads,
-decode, ground truth, scoring with paired resampling, match.
+"""What a model's outputs mean, per Ultralytics task (detect, segment, pose, obb, classify): how an image becomes
+its input, which outputs it reads, decode, ground truth, scoring with paired resampling, match.
 
 Stages and gates ask the task the export record names (`task_for`), never `if task == ...`: everything
 that knows whether a prediction is a box, a mask, a set of keypoints or a class lives in one class per task.
@@ -16,12 +16,14 @@ from qgate.compare import match
 from qgate import keypoints
 from qgate.class_folders import class_ground_truth, class_of, load_class_folders
 from qgate.dataset import (Dataset, coco_ground_truth, coco_keypoint_truth, coco_segment_truth, kpt_oks_sigmas,
-                           label_path, load_dataset, read_keypoints, read_labels, read_segments)
+                           label_path, load_dataset, read_keypoints, read_labels, read_oriented, read_segments)
 from qgate.errors import QgateError
-from qgate.heads import HEADS, Postprocess, RawHead, output_layout
-from qgate.intervals import PairedDrop, PairedScorer, paired_drop
+from qgate.heads import HEADS, OrientedHead, Postprocess, RawHead, output_layout
+from qgate.intervals import PairedDrop, PairedScorer, paired_drop, paired_scores
 from qgate.masks import grid_masks, instance_masks, mask_iou, paired_mask_iou, rle
 from qgate.preprocess import Letterbox, center_cropped, letterboxed
+from qgate.rotated_boxes import corners_to_xywhr, probiou, xywhr_to_corners
+from qgate.rotated_map import OrientedMatches, OrientedScorer, oriented_map
 from qgate.task_metrics import TASK_METRICS, Scored, TaskMetrics
 from qgate.topk import TopkScorer, classification, paired_topk_drop, top_k
 
@@ -307,6 +309,124 @@ class Pose(Detect):
         return read_keypoints(label_path(image), len(names), self.kpt_shape)
 
 
+class Oriented(Task):
+    """Oriented boxes: output 0 carries each anchor's box (cx, cy, w, h), class scores and its angle last (`raw`
+    layout [1, 4+nc+1, anchors]); rotated NMS and scoring as Ultralytics' OBB validator (`qgate.rotated_map`).
+
+    Not a detection with an extra column: its overlap is ProbIoU, its NMS Fast-NMS, its mAP Ultralytics' own (no
+    pycocotools), so it shares Detect's input geometry only.
+    """
+
+    name = "obb"
+    metrics = TASK_METRICS["obb"]
+    headed = True
+
+    def __init__(self, head: OrientedHead = OrientedHead()):
+        self.head = head
+
+    @classmethod
+    def from_record(cls, record: dict, head_class=None) -> Oriented:
+        """The task with an OBB head: only the raw layout exports here (`head_layout`)."""
+        if record.get("head_layout") != "raw":
+            raise QgateError(f"export record names head layout {record.get('head_layout')!r} for an OBB model, "
+                             "which is read in the raw layout only; re-run `dvc repro export`")
+        return cls()
+
+    @classmethod
+    def head_layout(cls, shapes: list[list[int]], num_classes: int, where: str, fields: dict) -> str:
+        """`raw`: [1, 4+nc+1, anchors], the angle after the class scores; an end-to-end export is refused."""
+        shape = [int(d) for d in shapes[0]]
+        if len(shape) == 3 and shape[1] == 4 + num_classes + 1:
+            return "raw"
+        raise QgateError(f"{where}: output shape {shape} is not an OBB head's [1, 4+{num_classes}+1, anchors]; "
+                         "qgate judges OBB models exported with NMS still to run: set export.end2end: false")
+
+    def prepare(self, image: np.ndarray, imgsz: int) -> tuple[np.ndarray, Letterbox]:
+        """The model's uint8 BGR input from the original image (letterboxed, as a detector's)."""
+        return letterboxed(image, imgsz)
+
+    def predictions(self, outputs: tuple, settings: Postprocess, image_id: int,
+                    letterbox: Letterbox | None = None) -> list[dict]:
+        """Detections with an `rbox` (cx, cy, w, h, radians), its corners (`poly`) and enclosing `bbox`: original
+        pixels given `letterbox` (centre and size per axis, as Ultralytics' `scale_boxes(xywh=True)`)."""
+        rows = self.head.detections(outputs[0], settings)
+        boxes = np.concatenate([rows[:, :4], rows[:, 6:7]], axis=1).astype(np.float64)
+        if letterbox:
+            (h0, w0), (h, w), (left, top) = letterbox.hw0, letterbox.hw, letterbox.pad
+            boxes[:, [0, 2]] = (boxes[:, [0, 2]] - [left, 0]) / (w / w0)
+            boxes[:, [1, 3]] = (boxes[:, [1, 3]] - [top, 0]) / (h / h0)
+        corners = xywhr_to_corners(boxes)
+        low, high = corners.min(1), corners.max(1)
+        return [{"image_id": image_id, "category_id": int(c) + 1,
+                 "rbox": [*(round(float(v), 3) for v in box[:4]), round(float(box[4]), 5)],
+                 "poly": [round(float(v), 2) for v in poly.ravel()],
+                 "bbox": [round(float(v), 3) for v in (*lo, *(hi - lo))], "score": round(float(s), 5)}
+                for box, poly, lo, hi, s, c in zip(boxes, corners, low, high, rows[:, 4], rows[:, 5])]
+
+    def confident(self, outputs: tuple, conf: float) -> np.ndarray:
+        """The anchors whose detections the sensitivity error compares."""
+        return self.head.confident(outputs[0], conf)
+
+    def detection_error(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> float:
+        """1 - ProbIoU of the two oriented boxes plus the squared score change, on the reference's confident
+        anchors."""
+        return self.head.detection_error(candidate[0], reference[0], mask)
+
+    def box_error(self, candidate: tuple, reference: tuple, mask: np.ndarray) -> float:
+        """The drift gate's share of `detection_error`: all of it."""
+        return self.detection_error(candidate, reference, mask)
+
+    def match(self, reference: list[dict], candidate: list[dict], iou: float) -> list[float]:
+        """Greedy same-class one-to-one matching by ProbIoU: a turned box shows, which its axis-aligned box hides."""
+        return match(reference, candidate, iou, rotated_iou_of)
+
+    def ground_truth(self, images: list[Path], shapes: list[tuple[int, int]], names: tuple[str, ...]) -> dict:
+        """Each image's oriented boxes in original pixels: `rbox` from the label's corners by OpenCV's smallest
+        rotated rectangle, as Ultralytics reads them."""
+        gt_images, annotations = [], []
+        for image_id, (image, (height, width)) in enumerate(zip(images, shapes)):
+            gt_images.append({"id": image_id, "file_name": image.name, "height": height, "width": width})
+            for cls, corners in read_oriented(label_path(image), len(names)):
+                box = corners_to_xywhr((corners * [width, height])[None])[0]
+                annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": cls + 1,
+                                    "rbox": box.tolist()})
+        return {"images": gt_images, "annotations": annotations,
+                "categories": [{"id": i + 1, "name": name} for i, name in enumerate(names)]}
+
+    def score(self, ground_truth: dict, detections: list[dict]) -> tuple[dict[str, float], list[dict]]:
+        """mAP50-95 and mAP50 as Ultralytics' OBB validator reports them, and the same per class."""
+        map50_95, map50, per_class = oriented_map(ground_truth, detections)
+        family = self.metrics.primary
+        rows = [{"class_id": row["class_id"], "class_name": row["class_name"], family.main.key: row["map50_95"],
+                 family.second.key: row["map50"]} for row in per_class]
+        return {family.main.key: map50_95, family.second.key: map50}, rows
+
+    def matched(self, family: Scored, ground_truth: dict, detections: list[dict], sizes: bool = False):
+        """The detections matched per image (`OrientedMatches`), which every resample's mAP reads."""
+        return OrientedMatches.of(ground_truth, detections)
+
+    def scorer(self, family: Scored, ground_truth: dict, samples: int, seed: int) -> OrientedScorer:
+        """mAP50-95 and mAP50 of any model's detections on these images under the same seeded resamples."""
+        return OrientedScorer(ground_truth, samples, seed)
+
+    def paired(self, family: Scored, ground_truth: dict, reference: list[dict], candidate: list[dict], samples: int,
+               level: float, seed: int, points: tuple[float, float, float, float] | None = None,
+               matches: tuple = (None, None), area: str = "all") -> PairedDrop:
+        """The mAP drop from `reference` to `candidate`, each with a paired bootstrap interval."""
+        scorer = OrientedScorer(ground_truth, samples, seed)
+        return paired_scores(scorer.scores(reference, matches[0], area), scorer.scores(candidate, matches[1], area),
+                             level, samples, points)
+
+    def labels(self, image: Path, names: tuple[str, ...]) -> list:
+        """The (class, corners) instances of one image's oriented-box label file, validated."""
+        return read_oriented(label_path(image), len(names))
+
+
+def rotated_iou_of(reference: list[dict], candidate: list[dict]) -> np.ndarray:
+    """Pairwise ProbIoU of two lists of oriented detections."""
+    return probiou(np.array([d["rbox"] for d in reference]), np.array([d["rbox"] for d in candidate]))
+
+
 class Classify(Task):
     """Class probabilities: output 0 is the softmax over classes (Ultralytics' Classify head as exported), one
     prediction per centre-cropped image, scored by top-1 and top-5 accuracy (`qgate.topk`).
@@ -394,7 +514,7 @@ class Classify(Task):
         return [class_of(image, names)]
 
 
-TASKS = {task.name: task for task in (Detect, Segment, Pose, Classify)}
+TASKS = {task.name: task for task in (Detect, Segment, Pose, Oriented, Classify)}
 
 
 def task_for(record: dict) -> Task:

@@ -38,11 +38,10 @@ def load_detector(weights: str | Path) -> Any:
                              "if you trust the file, keep only its model: python -c \"import torch; torch.save("
                              f"{{'model': torch.load('{weights}', weights_only=False)['model']}}, 'model_only.pt')\"")\
                 from None
-        raise QgateError(f"{weights}: not a readable Ultralytics checkpoint ({type(exc).__name__}); "
-                         "point model.weights at a YOLO detection, segmentation, pose or classification .pt") from exc
+        raise QgateError(f"{weights}: not a readable Ultralytics checkpoint ({type(exc).__name__}); point "
+                         "model.weights at a YOLO detection, segmentation, pose, OBB or classification .pt") from exc
     if task not in GATED_TASKS or not names:
-        raise QgateError(f"{weights}: is a '{task}' model; qgate judges {', '.join(GATED_TASKS)} models only "
-                         "(oriented boxes, OBB, are not supported yet)")
+        raise QgateError(f"{weights}: is a '{task}' model; qgate judges {', '.join(GATED_TASKS)} models only")
     model.task = task
     head = type(model.model.model[-1]).__name__
     if head in UNSUPPORTED_HEADS:

@@ -46,7 +46,8 @@ def main(params: Params) -> dict:
     needed = not meets_target(params, *drop) or bool(failed)
     if not needed:
         log.info("autofix: the plain INT8 model meets autofix.target_drop %.4f (%s drop %.4f [%.4f, %.4f], the "
-                 "largest) and the at-threshold gates; nothing to fix", cfg.target_drop, family.main.title, *drop)
+                 "largest)%s; nothing to fix", cfg.target_drop, family.main.title, *drop,
+                 " and the at-threshold gates" if task.deployment_analyses else "")
         _save_copy(runtime, int8_path, Path(cfg.out_dir))
         steps, names = [], []
         best = plain_int8(int8_metrics, family, within_target=1)

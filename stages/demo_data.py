@@ -1,8 +1,9 @@
 """Synthetic shapes dataset (seeded) -> Ultralytics layout with train / calib / val splits.
 
-`demo.task` picks the labels: boxes (detect), each shape's own outline (segment), or four keypoints at the
-shape's extreme points, top / right / bottom / left (pose), in label files with a dataset yaml; or, for classify,
-one large shape per image filed in its class's folder (Ultralytics' classification layout, no yaml).
+`demo.task` picks the labels: boxes (detect), each shape's own outline (segment), four keypoints at the
+shape's extreme points, top / right / bottom / left (pose), or the oriented box of a shape drawn at a random angle
+(obb), in label files with a dataset yaml; or, for classify, one large shape per image filed in its class's folder
+(Ultralytics' classification layout, no yaml).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class DemoLabels:
     line: Callable[[tuple, np.ndarray], str]  # (class, pixel box, outline), (w, h) -> one YOLO label line
     max_overlap: float  # IoU of the shapes' squares above which a shape is not drawn
     yaml: dict
+    rotated: bool = False  # shapes drawn at a random angle (inside their square)
 
     def write_split(self, root: Path, split: str, count: int, demo: DemoParams, rng: np.random.Generator) -> int:
         """Write `count` images of `split` and their labels under `root`; return the number of objects labelled."""
@@ -42,7 +44,7 @@ class DemoLabels:
         (root / "labels" / split).mkdir(parents=True)
         instances = 0
         for i in range(count):
-            image, shapes = draw_image(rng, len(demo.classes), demo.max_objects, self.max_overlap)
+            image, shapes = draw_image(rng, len(demo.classes), demo.max_objects, self.max_overlap, self.rotated)
             stem = f"{split}_{i:05d}"
             cv2.imwrite(str(root / "images" / split / f"{stem}.jpg"), image, JPEG)
             lines = [self.line(shape, np.array(image.shape[1::-1])) for shape in shapes]
@@ -90,16 +92,25 @@ def _pose_line(shape: tuple, size: np.ndarray) -> str:
     return _box_line(shape, size) + "".join(f" {x:.6f} {y:.6f} 2" for x, y in extreme_points(shape[2]) / size)
 
 
+def _oriented_line(shape: tuple, size: np.ndarray) -> str:
+    """DOTA-style: the four corners of the outline's smallest rotated rectangle (OpenCV's, as Ultralytics reads
+    oriented boxes), normalized."""
+    corners = cv2.boxPoints(cv2.minAreaRect(shape[2].astype(np.float32)))
+    return " ".join([str(shape[0]), *(f"{v:.6f}" for v in (corners / size).clip(0, 1).ravel())])
+
+
 # outlines and keypoints are labelled whole: no shape of those tasks may hide part of another
 DEMO_LABELS = {
     "detect": DemoLabels(_box_line, 0.2, {}),
     "segment": DemoLabels(_outline_line, 0.0, {}),
     # a left-right flip swaps the right and left points (Ultralytics' flip_idx)
     "pose": DemoLabels(_pose_line, 0.0, {"kpt_shape": [len(KEYPOINTS), 3], "flip_idx": [0, 3, 2, 1]}),
+    "obb": DemoLabels(_oriented_line, 0.0, {}, rotated=True),
 }
 DEMO_LAYOUTS = {**DEMO_LABELS, "classify": ClassFolders()}  # how each demo task writes its dataset
 JPEG = [cv2.IMWRITE_JPEG_QUALITY, 92]
 CENTRED_SIZE = (0.45, 0.85)  # a classify demo shape's side, as a share of the image's shorter side
+ROTATED_REACH = 0.7  # a rotated shape's half-size, as a share of its square's: any angle keeps it inside (< 1/sqrt 2)
 
 
 def main(params: Params) -> dict:
@@ -132,9 +143,9 @@ def extreme_points(outline: np.ndarray) -> np.ndarray:
 
 
 def draw_image(rng: np.random.Generator, num_classes: int, max_objects: int,
-               max_overlap: float = 0.2) -> tuple[np.ndarray, list]:
+               max_overlap: float = 0.2, rotated: bool = False) -> tuple[np.ndarray, list]:
     """One cluttered BGR image with up to `max_objects` shapes, each (class, tight pixel box, outline polygon);
-    shapes whose squares overlap more than `max_overlap` (IoU) are not drawn."""
+    shapes whose squares overlap more than `max_overlap` (IoU) are not drawn; `rotated`: each at a random angle."""
     h, w = IMAGE_SHAPES[rng.integers(len(IMAGE_SHAPES))]
     image = _background(rng, h, w)
     boxes: list[tuple[int, int, int, int]] = []
@@ -147,7 +158,7 @@ def draw_image(rng: np.random.Generator, num_classes: int, max_objects: int,
         if any(_iou(box, other) > max_overlap for other in boxes):
             continue
         colour = _contrasting_colour(rng, image[y0:y0 + size, x0:x0 + size].mean(axis=(0, 1)))
-        tight, outline = _draw_shape(image, cls, box, colour, rng)
+        tight, outline = _draw_shape(image, cls, box, colour, rng, rng.uniform(0, 180) if rotated else None)
         boxes.append(box)
         shapes.append((cls, tight, outline))
     return _with_noise(rng, image), shapes
@@ -196,15 +207,24 @@ def _contrasting_colour(rng: np.random.Generator, under: np.ndarray) -> tuple[in
     return tuple(int(c) for c in colour)
 
 
-def _draw_shape(image: np.ndarray, cls: int, box: tuple, colour: tuple, rng: np.random.Generator) -> tuple:
-    """Draw class `cls` inside `box`; return its tight box (x1, y1, x2, y2) and its outline ([n, 2]) in pixels."""
+def _draw_shape(image: np.ndarray, cls: int, box: tuple, colour: tuple, rng: np.random.Generator,
+                angle: float | None = None) -> tuple:
+    """Draw class `cls` inside `box` (turned by `angle` degrees about its centre, if given); return its tight box
+    (x1, y1, x2, y2) and its outline ([n, 2]) in pixels."""
     x0, y0, x1, y1 = box
     size = x1 - x0
     cx, cy, r = x0 + size / 2, y0 + size / 2, size / 2
+    if angle is not None:
+        r *= ROTATED_REACH
+        x0, y0, x1, y1 = cx - r, cy - r, cx + r, cy + r
     kind = cls % 4
     if kind == 0:  # ellipse, aspect varies
         rx, ry = r, r * rng.uniform(0.6, 1.0)
         centre, axes = (int(cx), int(cy)), (int(rx), int(ry))
+        if angle is not None:
+            outline = cv2.ellipse2Poly(centre, axes, int(angle), 0, 360, 5)[:-1]
+            cv2.fillPoly(image, [outline], colour)
+            return _tight(outline), outline.astype(float)
         cv2.ellipse(image, centre, axes, 0, 0, 360, colour, -1)
         outline = cv2.ellipse2Poly(centre, axes, 0, 0, 360, 5)[:-1].astype(float)  # the last point repeats the first
         return (cx - int(rx), cy - int(ry), cx + int(rx) + 1, cy + int(ry) + 1), outline
@@ -217,10 +237,18 @@ def _draw_shape(image: np.ndarray, cls: int, box: tuple, colour: tuple, rng: np.
         angles = np.arange(10) * np.pi / 5 - np.pi / 2
         radii = np.where(np.arange(10) % 2 == 0, r, r * 0.45)
         points = np.stack([cx + radii * np.cos(angles), cy + radii * np.sin(angles)], axis=1)
+    if angle is not None:
+        turn = np.deg2rad(angle)
+        rotation = np.array([[np.cos(turn), -np.sin(turn)], [np.sin(turn), np.cos(turn)]])
+        points = (points - (cx, cy)) @ rotation.T + (cx, cy)
     points = np.round(points).astype(np.int32)
     cv2.fillPoly(image, [points], colour)
-    tight = (points[:, 0].min(), points[:, 1].min(), points[:, 0].max() + 1, points[:, 1].max() + 1)
-    return tight, points.astype(float)
+    return _tight(points), points.astype(float)
+
+
+def _tight(points: np.ndarray) -> tuple:
+    """The tight pixel box (x1, y1, x2, y2) of a filled polygon's integer vertices."""
+    return points[:, 0].min(), points[:, 1].min(), points[:, 0].max() + 1, points[:, 1].max() + 1
 
 
 def _iou(a: tuple, b: tuple) -> float:

@@ -1,4 +1,4 @@
-"""Demo dataset -> YOLOv8n of `demo.task` trained from scratch (yolov8n[-seg|-pose|-cls].yaml, CPU, seeded) ->
+"""Demo dataset -> YOLOv8n of `demo.task` trained from scratch (yolov8n[-seg|-pose|-obb|-cls].yaml, CPU, seeded) ->
 weights + Ultralytics' val metrics of each scored family (box mAP, and mask's or keypoints'; top-1 and top-5)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from qgate.task_metrics import TASK_METRICS
 log = logging.getLogger(__name__)
 
 DEMO_MODELS = {"detect": "yolov8n.yaml", "segment": "yolov8n-seg.yaml", "pose": "yolov8n-pose.yaml",
-               "classify": "yolov8n-cls.yaml"}  # from scratch: nothing is downloaded
+               "obb": "yolov8n-obb.yaml", "classify": "yolov8n-cls.yaml"}  # from scratch: nothing is downloaded
 # Ultralytics' training augmentations a task's demo turns off. A classifier's: its random crops keep at least 80% of
 # the image (the default, 50%, cuts the one shape that is the label), no random erasing (it hides the shape), no
 # RandAugment. On an EPYC without avx_vnni the classify demo reached top-1 0.82 with these at 12 epochs, 0.745 with
@@ -32,6 +32,7 @@ ULTRALYTICS_RESULTS: dict[str, Callable] = {
     "bbox": lambda result: (result.box.map, result.box.map50),
     "segm": lambda result: (result.seg.map, result.seg.map50),
     "keypoints": lambda result: (result.pose.map, result.pose.map50),
+    "rotated": lambda result: (result.box.map, result.box.map50),
     "classes": lambda result: (result.top1, result.top5),
 }
 

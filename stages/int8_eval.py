@@ -58,11 +58,12 @@ def main(params: Params) -> dict:
         "images_changed": sum(c["disagreement"] > 0 for c in cases),
         "mean_disagreement": round(sum(c["disagreement"] for c in cases) / max(len(cases), 1), 5),
         **interval_metrics(accuracy[box], box),
-        **({"deploy_conf": params.deploy.conf, "deploy_int8_conf": int8_conf(params.deploy)} if objects else {}),
+        **({"deploy_conf": params.deploy.conf, "deploy_int8_conf": int8_conf(params.deploy)}
+           if task.metrics.deployment_analyses else {}),
     }
     for family in own:  # masks of a segment model: the same keys, prefixed
         metrics |= drop_metrics(family, baseline, result) | interval_metrics(accuracy[family], family)
-    if objects:  # at the deployed threshold, and per object size
+    if task.metrics.deployment_analyses:  # at the deployed threshold, and per object size
         for family in task.metrics.scored:
             metrics |= _operating_point(params, family, result, matches[family], weights)
             metrics |= _size_drops(params, task, family, baseline_detections, result, matches[family])

@@ -364,7 +364,7 @@ def make_dataset(root: Path, images: int = 6, seed: int = 0, classes: int = len(
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
         (root / "labels" / split).mkdir(parents=True, exist_ok=True)
         for i in range(images):
-            image, shapes = draw_image(rng, classes, 3, DEMO_LABELS[task].max_overlap)
+            image, shapes = draw_image(rng, classes, 3, DEMO_LABELS[task].max_overlap, DEMO_LABELS[task].rotated)
             cv2.imwrite(str(root / "images" / split / f"{i}.jpg"), image)
             text = "".join(label_line(shape, task, image.shape[:2]) + "\n" for shape in shapes)
             (root / "labels" / split / f"{i}.txt").write_text(text)

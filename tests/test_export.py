@@ -93,13 +93,4 @@ def test_plain_state_dict_is_not_a_detector(tmp_path):
     foreign = tmp_path / "foreign.pt"
     torch.save({"weight": torch.zeros(3)}, foreign)
     project = _project(tmp_path, foreign)
-    _assert_failed_cleanly(project, "foreign.pt", "YOLO detection, segmentation, pose or classification .pt")
-
-
-def test_an_oriented_box_model_is_refused(tmp_path):
-    from ultralytics import YOLO
-
-    weights = tmp_path / "obb.pt"
-    YOLO("yolov8n-obb.yaml", task="obb").save(str(weights))
-    project = _project(tmp_path, weights)
-    _assert_failed_cleanly(project, "is a 'obb' model; qgate judges detect, segment, pose, classify models only")
+    _assert_failed_cleanly(project, "foreign.pt", "YOLO detection, segmentation, pose, OBB or classification .pt")

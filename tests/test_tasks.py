@@ -15,8 +15,8 @@ def test_task_for_reads_the_task_and_head_layout():
     assert task.metrics.primary.iou_type == "bbox" and task.outputs == 1
 
 
-@pytest.mark.parametrize("record", [{"head_layout": "raw"}, {"task": "obb", "head_layout": "raw"},
-                                    {"task": "detect"}])
+@pytest.mark.parametrize("record", [{"head_layout": "raw"}, {"task": "rotated", "head_layout": "raw"},
+                                    {"task": "detect"}, {"task": "obb", "head_layout": "end2end"}])
 def test_a_record_without_a_known_task_or_layout_says_re_export(record):
     with pytest.raises(QgateError, match="re-run `dvc repro export`"):
         task_for(record)
