@@ -47,7 +47,7 @@ $(STAMP): requirements.txt $(TORCH_INDEX)
 TEST_WORKERS ?= 2
 
 test: setup  ## every test, as CI runs it, in TEST_WORKERS parallel lanes (docs/testing.md)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-fast: setup  ## the inner loop (minutes): no model built, no training, no pipeline run, no Ray (docs/testing.md)
 	$(BIN)/python -m pytest -m "not slow and not cluster and not model" $(PYTEST_ARGS)
