@@ -15,6 +15,7 @@ and the CPU.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -46,8 +47,8 @@ STAGES = ("export", "baseline", "quantize", "int8_eval", "divergence", "sensitiv
 
 def _scaled(stem: str) -> str:
     """The scaled yaml Ultralytics builds from a family's file: yolov8.yaml -> yolov8n.yaml, yolo26 -> yolo26n,
-    yolo11-seg -> yolo11n-seg."""
-    base, task = re.fullmatch(r"(.*?)(-seg|-pose|-cls)?", stem).groups()
+    yolo11-seg -> yolo11n-seg, yolo11-obb -> yolo11n-obb."""
+    base, task = re.fullmatch(r"(.*?)(-seg|-pose|-obb|-cls)?", stem).groups()
     return re.sub(r"^(yolov?\d+)(?![\dnslmxtcbe-])", r"\1n", base) + (task or "") + ".yaml"  # yolov10n is scaled
 
 
@@ -69,6 +70,7 @@ def run_family(family: dict, seconds: int, work: Path, data_root: Path) -> dict:
     """Train on the demo data under `data_root`, then run the stages in `work` with the repository's params and
     this model; return the numbers."""
     demo = load_params(data_root / "params.yaml").demo
+    demo = dataclasses.replace(demo, epochs=family.get("epochs", demo.epochs))  # a classifier's demo needs 24
     own = TASK_METRICS[demo.task].primary
     start = time.perf_counter()
     data_dir = data_root / demo.data_dir
@@ -147,7 +149,8 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 rows.append(run_family(family, args.seconds, Path(tmp), data_root))
                 print(json.dumps(rows[-1]), flush=True)
-    print(f"\nDemo data, {params.demo.epochs} epochs at imgsz {params.model.imgsz}, default params.yaml; "
+    print(f"\nDemo data, {params.demo.epochs} epochs (a family's own `epochs` where families.yaml sets it) at imgsz "
+          f"{params.model.imgsz}, default params.yaml; "
           f"CPU: {describe(cpu_info())}, {os.cpu_count()} cores; benchmark_app {params.benchmark.hint}, "
           f"{params.benchmark.repeats} x {args.seconds} s, medians\n")
     print("| family | model | head | metric | Ultralytics val (.pt) | FP32 | INT8 | drop [95%] | decode ops float "
