@@ -196,9 +196,7 @@ class Search:
                                            p.int8_eval.seed)
             self.fp32_scores = self.scorer.scores(self.detections[0])[0]
             self.current_scores = self.scorer.scores(self.detections[1])[0]
-            if self.checks:  # none for a task without deployment analyses (no pycocotools matches to read)
-                self.at_conf = AtConf(p, self.task, self.own, result.ground_truth, self.detections[0],
-                                      self.scorer.weights)
+            self.at_conf = AtConf(p, self.task, self.own, result.ground_truth, self.detections[0], self.scorer.weights)
         self.last_scores = self.scorer.scores(result.detections)[0]
         drop = difference(self.fp32_scores, self.last_scores, p.int8_eval.ci_level)
         gain = difference(self.last_scores, self.current_scores, p.autofix.ci_level)

@@ -5,6 +5,7 @@ config are fixes only when they pass these too, not the clean drop alone."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -64,14 +65,21 @@ def failures(params: Params, checks: list[Check], drops: dict[str, Interval]) ->
 
 class AtConf:
     """Recall and F1 drops at the deployed threshold of any candidate's detections against FP32's, on one split,
-    paired under the same image resamples (`weights`, row 0 every image once) as int8_eval measures them."""
+    paired under the same image resamples (`weights`, row 0 every image once) as int8_eval measures them.
+
+    FP32's matches are made when a drop is first asked for: a task without deployment analyses (a classifier,
+    oriented boxes: no pycocotools matches) is never asked, so building one for it costs and reads nothing."""
 
     def __init__(self, params: Params, task: Detect, family: Scored, ground_truth: dict, fp32_detections: list[dict],
                  weights: np.ndarray):
         self.params, self.task, self.family, self.ground_truth = params, task, family, ground_truth
-        self.weights = weights
-        images = len(ground_truth["images"])
-        self.fp32 = self._found(fp32_detections, np.zeros(images, dtype=np.int64))
+        self.weights, self.fp32_detections = weights, fp32_detections
+
+    @cached_property
+    def fp32(self) -> Found:
+        """FP32's detections matched at IoU 0.5."""
+        images = len(self.ground_truth["images"])
+        return self._found(self.fp32_detections, np.zeros(images, dtype=np.int64))
 
     def drops(self, detections: list[dict]) -> dict[str, Interval]:
         """Each at-threshold rate's drop, FP32 at deploy.conf minus the candidate at INT8's threshold."""

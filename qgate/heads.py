@@ -177,8 +177,9 @@ class OrientedHead:
         """Sum over the reference's confident anchors: 1 - ProbIoU of the two oriented boxes, plus the squared change
         of the reference's best class score (as `RawHead.detection_error`, with the angle in the overlap)."""
         columns = np.arange(int(mask.sum()))
-        best = self._scores(reference[:, mask]).argmax(0)
-        score_change = self._scores(reference[:, mask])[best, columns] - self._scores(out[:, mask])[best, columns]
+        reference_scores = self._scores(reference[:, mask])
+        best = reference_scores.argmax(0)
+        score_change = reference_scores[best, columns] - self._scores(out[:, mask])[best, columns]
         overlap = paired_probiou(self._boxes(reference)[mask], self._boxes(out)[mask])
         return float(np.sum(1 - overlap + score_change ** 2))
 

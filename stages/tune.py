@@ -302,9 +302,8 @@ class SubsetScorer:
                 scorer = self.task.scorer(family, truth, p.bootstrap_samples, p.seed)
                 entries[family.main.key] = (scorer, scorer.scores(fp32)[0])
             self.subsets[len(indices)] = entries
-            if at_conf_checks(self.params, self.task.metrics):  # none without pycocotools matches to read
-                self.at_conf[len(indices)] = AtConf(self.params, self.task, self.task.metrics.primary, truth, fp32,
-                                                    scorer.weights)
+            self.at_conf[len(indices)] = AtConf(self.params, self.task, self.task.metrics.primary, truth, fp32,
+                                                scorer.weights)
         return self.subsets[len(indices)]
 
 
