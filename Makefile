@@ -16,7 +16,7 @@ TORCH_INDEX := $(VENV)/.torch_index
 PIP := $(BIN)/pip install --disable-pip-version-check -q
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast inputs repro gate tune runtimes sample report pull promote lint clean FORCE
+.PHONY: help setup test test-fast inputs repro gate tune runtimes sample report view pull promote lint clean FORCE
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 22
@@ -78,6 +78,13 @@ sample: repro  ## the README's verdict output and docs/sample/report.{html,png} 
 
 report: setup  ## rewrite reports/report.md and report.html from the current metrics (no stage runs)
 	$(BIN)/python -m qgate.report
+
+# Model Explorer on 127.0.0.1 only (its server hands out any file it can read); under CI (no browser) the overlay
+# files are written and the command says how to open them
+VIEW_PORT ?= 8080
+
+view: setup  ## the graph in Model Explorer, divergence painted on it, at the worst layer (VIEW_PORT; Ctrl-C stops it)
+	VIEW_PORT=$(VIEW_PORT) $(BIN)/python -m qgate.view $(if $(CI),--files-only)
 
 pull: inputs  ## the gated stages' committed outputs, from the DVC remote (else the DVC cache): what promote registers
 	if [ -n "$$($(BIN)/dvc remote list)" ]; then $(BIN)/dvc pull -q --with-deps $(GATED_STAGES); \

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,8 @@ IMAGES_SCRIPT = """JSON.stringify({
   images: document.images.length,
   broken: Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0)
     .map(i => i.alt || i.src.slice(0, 60)),
-  svgs: document.querySelectorAll('figure svg').length})"""
+  svgs: document.querySelectorAll('figure svg').length,
+  text: document.body.innerText})"""
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class PageCheck:
     broken_images: list[str]
     svgs: int
     screenshot: bytes
+    text: str  # what the page shows as text
 
     def external_requests(self, folder: Path) -> list[str]:
         """Requests that leave the page's folder: the network, or files elsewhere on disk."""
@@ -47,8 +50,9 @@ def find_chromium() -> str | None:
     return next((path for path in map(shutil.which, BROWSERS) if path), None)
 
 
-def open_page(page: Path, browser: str | None = None) -> PageCheck:
-    """Load `page` (a local HTML file) in headless Chromium, record its requests and images, take a screenshot."""
+def open_page(page: Path | str, browser: str | None = None, ready: str = "") -> PageCheck:
+    """Load `page` (a local HTML file, or a URL) in headless Chromium, wait until the JavaScript expression `ready`
+    holds (when given: an app that draws after loading), record its requests and images, take a screenshot."""
     browser = browser or find_chromium()
     if not browser:
         raise QgateError(f"no Chromium on PATH (tried {', '.join(BROWSERS)}); install it: apt-get install chromium")
@@ -59,6 +63,7 @@ def open_page(page: Path, browser: str | None = None) -> PageCheck:
         # DevTools reads commands on fd 3 and answers on fd 4 (--remote-debugging-pipe): no port, no websocket
         pid = os.posix_spawn(browser, [
             browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+            "--use-angle=swiftshader", "--enable-unsafe-swiftshader",  # WebGL on the CPU: a graph viewer draws
             "--disable-background-networking", "--disable-component-update", "--disable-extensions",
             "--disable-breakpad", f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"], os.environ,
             file_actions=[(os.POSIX_SPAWN_DUP2, commands_r, 3), (os.POSIX_SPAWN_DUP2, replies_w, 4),
@@ -68,7 +73,8 @@ def open_page(page: Path, browser: str | None = None) -> PageCheck:
         os.close(replies_w)
         try:
             with os.fdopen(commands_w, "wb") as sink, os.fdopen(replies_r, "rb") as source:
-                return _Session(sink, source).check(page.resolve())
+                return _Session(sink, source).check(page.resolve().as_uri() if isinstance(page, Path) else page,
+                                                    ready)
         finally:
             os.killpg(pid, signal.SIGKILL)  # the browser and its renderer, GPU and zygote processes
             os.waitpid(pid, 0)
@@ -91,20 +97,25 @@ class _Session:
         self.events: list[dict] = []
         self.buffer = b""
 
-    def check(self, page: Path) -> PageCheck:
+    def check(self, url: str, ready: str) -> PageCheck:
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         self.call("Network.enable")
         self.call("Page.enable")
         self.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=HEIGHT, deviceScaleFactor=1,
                   mobile=False)
-        self.call("Page.navigate", url=page.as_uri())
+        self.call("Page.navigate", url=url)
         self.wait_for("Page.loadEventFired")
+        deadline = time.monotonic() + TIMEOUT
+        while ready and not self.call("Runtime.evaluate", expression=ready)["result"].get("value"):
+            if time.monotonic() > deadline:
+                raise QgateError(f"{url[:80]}: `{ready}` still false after {TIMEOUT} s")
+            time.sleep(0.25)
         found = json.loads(self.call("Runtime.evaluate", expression=IMAGES_SCRIPT)["result"]["value"])
         shot = base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
         requests = [event["params"]["request"]["url"] for event in self.events
                     if event.get("method") == "Network.requestWillBeSent"]
-        return PageCheck(requests, found["images"], found["broken"], found["svgs"], shot)
+        return PageCheck(requests, found["images"], found["broken"], found["svgs"], shot, found["text"])
 
     def call(self, method: str, **params) -> dict:
         self.next_id += 1

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qgate.errors import QgateError
+from qgate.histograms import RangeHistogram
 
 SQNR_CAP_DB = 100.0  # an exact match has infinite SQNR; a cap keeps differences and CSVs finite
 NETWORK_INPUT = ("", 0)  # the key of a quantizer reading the network input: no layer output, it is fed the image
@@ -139,9 +140,16 @@ class QuantizerStats:
     clip_sq: float = 0.0
     round_sq: float = 0.0
     consumers: list[str] = field(default_factory=list)
+    histogram: RangeHistogram | None = None  # kept when asked for: the clean images' pass draws them, not the shifts'
 
-    def update(self, x: np.ndarray) -> None:
-        """Add one image's FP32 input to this quantizer."""
+    def keep_histogram(self) -> None:
+        """From now on, also count the inputs into a histogram on this quantizer's grid."""
+        self.histogram = RangeHistogram(self.low, self.high, self.levels)
+
+    def update(self, x: np.ndarray, int8: np.ndarray) -> None:
+        """Add one image's FP32 input to this quantizer, and the INT8 model's tensor at the same place."""
+        if self.histogram:
+            self.histogram.update(x, int8)
         x = x.astype(np.float64, copy=False)
         inside = np.clip(x, self.low, self.high)
         step = (self.high - self.low) / (self.levels - 1)

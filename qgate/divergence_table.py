@@ -27,9 +27,11 @@ def layer_rows(inputs_of: dict, int8_ops: dict[str, LayerFacts], keys: list, sta
         fqs = [by_name[fq] for fq in facts.input_quantizers if fq in by_name]
         row["inputs_quantized"] = int(bool(fqs))
         row["weights_int8"] = int(facts.weights_int8)
-        worst_fq = max((q.row() for q in fqs), key=lambda r: r["clip_fraction"], default=None)
-        row.update({k: round(worst_fq[k], 6) if worst_fq else "" for k in
+        worst_fq = max(fqs, key=lambda q: q.row()["clip_fraction"], default=None)
+        row["input_quantizer"] = worst_fq.name if worst_fq else ""
+        row.update({k: round(worst_fq.row()[k], 6) if worst_fq else "" for k in
                     ("clip_fraction", "clip_error_share", "round_error_share")})
+        row["inputs"] = " ".join(dict.fromkeys(k[0] for k in sources if k in computed))
         row["introduces_error"] = int(row["inputs_quantized"] or row["weights_int8"])
         # a float op carries the error of the quantized op up its worst inputs (inputs come first in graph order)
         inherited_from = row_of.get(row["worst_input"], {}).get("error_from", "")

@@ -79,6 +79,7 @@ class Metrics:
             params.robustness.metrics: "robustness", params.robustness.csv: "robustness",
             params.benchmark.metrics: "benchmark", params.divergence.metrics: "divergence",
             params.divergence.csv: "divergence", params.divergence.shifts_csv: "divergence",
+            params.divergence.histograms: "divergence",
             params.sensitivity.metrics: "sensitivity",
             params.sensitivity.csv: "sensitivity", params.autofix.metrics: "autofix", params.autofix.scope: "autofix",
             params.autofix.steps: "autofix", params.autofix.prices: "autofix", params.int8_eval.bad_cases: "int8_eval",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,12 +43,12 @@ def render_markdown(verdict: str, sections: list[Section], files_dir: Path,
         if section.summary:
             lines += ["<details>", f"<summary>{html.escape(section.summary)}</summary>", ""]
         for paragraph in section.paragraphs:
-            lines += _markdown_paragraph(paragraph)
+            lines += _markdown_paragraph(_unlinked(paragraph))
         for tone, message in section.callouts:
             lines += _markdown_paragraph(f"**{'FAIL' if tone == 'fail' else 'Undecided'}**: {message}", quote=True)
         for header, rows in section.tables:
             lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+            lines += ["| " + " | ".join(_unlinked(str(c)).replace("|", "\\|") for c in row) + " |" for row in rows]
             lines.append("")
         for caption, svg, png in section.figures:
             name = f"{_slug(caption)}.{'png' if svg else 'jpg'}"  # plots are PNG, drawn images JPEG
@@ -71,6 +72,19 @@ def _markdown_paragraph(paragraph: str, quote: bool = False) -> list[str]:
 
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")[:40]
+
+
+def anchor(caption: str) -> str:
+    """The HTML id of the figure captioned `caption`, whole (a link target must not collide as a file name may)."""
+    return "fig-" + "".join(c if c.isalnum() else "-" for c in caption.lower())
+
+
+LINK = re.compile(r"\[([^\]]+)\]\(#([\w-]+)\)")  # [text](#anchor): a link to a figure of the same page
+
+
+def _unlinked(text: str) -> str:
+    """Markdown keeps a link's text only: the figures it names are files there, with no anchors to jump to."""
+    return LINK.sub(r"\1", text)
 
 
 CSS = """body{font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;
@@ -108,7 +122,8 @@ def render_html(verdict: str, sections: list[Section], title: str = "qgate repor
         for caption, svg, png in section.figures:
             body = svg if svg else f"<img alt='{html.escape(caption)}' src='data:image/jpeg;base64," \
                                    f"{base64.b64encode(png).decode()}'>"
-            parts.append(f"<figure>{body}<figcaption>{html.escape(caption)}</figcaption></figure>")
+            parts.append(f"<figure id='{anchor(caption)}'>{body}<figcaption>{html.escape(caption)}</figcaption>"
+                         "</figure>")
         if section.code:
             parts.append(f"<pre>{html.escape(section.code)}</pre>")
         if section.summary:
@@ -145,4 +160,4 @@ def _inline(text: str) -> str:
             out.append(piece)
     if bold:
         out.append("</b>")
-    return "".join(out)
+    return LINK.sub(r"<a href='#\2'>\1</a>", "".join(out))

@@ -219,6 +219,7 @@ class DivergenceParams:
     table = "reports/divergence.md"
     plot = "reports/divergence_sqnr.csv"
     shifts_csv = "reports/divergence_shifts.csv"  # the same images under each of robustness.shifts
+    histograms = "reports/divergence_histograms.json"  # each activation quantizer's inputs, FP32 and INT8
     metrics = "metrics/divergence.json"
 
 

@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from qgate.io import read_json, write_bytes, write_text
 from qgate.page import Section, figure, render_html, render_markdown
 from qgate.params import Params
 from qgate.plots import sensitivity_figure
+from qgate.report_layers import LayerPictures
 from qgate.runtime_choice import HEADER, answer, cells, read_rows
 from qgate.summary import headline, needs_attention, result_text, terminal
 from qgate.task_metrics import Scored, recorded
@@ -29,6 +30,7 @@ EXIT_REPORT_ERROR = 2  # like bad input: the gates ran, but the PR gets no repor
 
 
 FOLDED_ON_PASS = ("Where INT8 diverges", "Sensitivity and autofix", "Bad cases")
+GROUPS_PICTURED = 2  # the top sensitivity groups drawn in their neighbourhood
 
 
 def build(metrics: Metrics, verdicts: list[Verdict], params_text: str) -> tuple[str, list[Section]]:
@@ -255,7 +257,7 @@ def _divergence(m: Metrics) -> Section:
         m.value(p.metrics, "model_sha256")
     except MetricsUnavailable as exc:
         return Section("Where INT8 diverges", [str(exc)])
-    task = recorded(m.params.export.record)
+    task, pictures = recorded(m.params.export.record), _layer_pictures(m)
     text = [f"Error **{_num(_get(m, p.metrics, 'detection_error'))}** per {task.prediction} ({task.drift_error}, over "
             f"the {_num(_get(m, p.metrics, 'detections_compared'))} {task.prediction}s FP32 or INT8 makes on "
             f"{_num(_get(m, p.metrics, 'images'))} images); output SQNR "
@@ -263,34 +265,63 @@ def _divergence(m: Metrics) -> Section:
             f"included; {_num(_get(m, p.metrics, 'layers_below_sqnr_floor'))} of {len(rows)} layers below "
             f"{p.sqnr_floor_db:g} dB. Local drop = SQNR lost at the layer itself, not carried in from its inputs; "
             f"a layer is divergent when it loses more than {p.local_drop_db:g} dB there and ends below "
-            f"{p.divergent_sqnr_db:g} dB.", agreement(m)]
+            f"{p.divergent_sqnr_db:g} dB.", agreement(m, pictures.link)]
     # layers fed only by the network input "lose" SQNR from infinity: where quantization starts, not a cause
     candidates = [r for r in rows if r.get("worst_input")]
     top = sorted(candidates, key=lambda r: -float(r["local_drop_db"]))[: p.top_k]
-    table = [[r["index"], f"`{r['name']}`", r["type"], f"{float(r['sqnr_db']):.1f}", f"{float(r['local_drop_db']):.1f}",
-              _yes(r.get("divergent")), _share(r.get("clip_error_share")), r.get("advice", "")] for r in top]
+    table = [[r["index"], pictures.link(r["name"]), r["type"], f"{float(r['sqnr_db']):.1f}",
+              f"{float(r['local_drop_db']):.1f}", _yes(r.get("divergent")), _share(r.get("clip_error_share")),
+              r.get("advice", "")] for r in top]
     header = ["#", "layer", "type", "SQNR dB", "local drop dB", "divergent", "clip share of error", "advice"]
-    figure = _sqnr_plot(rows, p.sqnr_floor_db, [r["name"] for r in rows if r.get("divergent") == "1"])
-    return Section("Where INT8 diverges", text, [(header, table)], [figure])
+    divergent = _get(m, p.metrics, "first_divergent_layer")
+    first = divergent or (top[0]["name"] if top else "")
+    text.append(f"Pictured below: the ops around {pictures.link(first)} (the "
+                f"{'first divergent layer' if divergent else 'largest local drop'}), then the inputs of each layer of "
+                "the table as histograms: FP32's values against the INT8 levels its quantizer lets through, the range "
+                "dashed. Clipping piles INT8 on a bound with FP32 beyond it; rounding shows a few levels under a "
+                "narrow FP32 shape. A layer's name links to its histogram." + _histograms_missing(m))
+    figures = [_sqnr_plot(rows, p.sqnr_floor_db, [r["name"] for r in rows if r.get("divergent") == "1"]),
+               *pictures.neighbourhood(first),
+               *[f for name in dict.fromkeys([first] + [r["name"] for r in top]) for f in pictures.histogram(name)]]
+    return Section("Where INT8 diverges", text, [(header, table)], figures)
 
 
-def agreement(m: Metrics) -> str:
-    """Whether the divergence table (per-layer SQNR) and the sensitivity ranking (detections) point at one place."""
+def _layer_pictures(m: Metrics) -> LayerPictures:
+    """Pictures of the divergence table's layers; no histograms when their file is missing or unreadable."""
+    rows = m.read(m.params.divergence.csv)
+    try:
+        return LayerPictures(rows, m.read(m.params.divergence.histograms))
+    except MetricsUnavailable:
+        return LayerPictures(rows, {})
+
+
+def _histograms_missing(m: Metrics) -> str:
+    try:
+        m.read(m.params.divergence.histograms)
+        return ""
+    except MetricsUnavailable as exc:
+        return f" (No histograms: {exc})"
+
+
+def agreement(m: Metrics, name: Callable[[str], str] = lambda layer: f"`{layer}`") -> str:
+    """Whether the divergence table (per-layer SQNR) and the sensitivity ranking (detections) point at one place;
+    `name` writes a layer's name (as code, or linked to its picture)."""
     div, sens = m.params.divergence, m.params.sensitivity
     count, first = _get(m, div.metrics, "divergent_layers"), _get(m, div.metrics, "first_divergent_layer")
     lead, rank = _get(m, sens.metrics, "lead_divergent_layer"), _get(m, sens.metrics, "lead_divergent_rank")
     top = _get(m, sens.metrics, "top_first_op")
     if not count:
         return (f"No divergent layer: INT8's error is spread over many small losses. The sensitivity ranking's top "
-                f"group, from `{top or 'none'}`, removes the most of it.")
-    text = f"Divergent layers: {count}, the first in graph order `{first}`. "
+                f"group, from {name(top) if top else '`none`'}, removes the most of it.")
+    text = f"Divergent layers: {count}, the first in graph order {name(first)}. "
     if not lead:
         return text + (f"None of their quantizers is in the sensitivity ranking; its top group starts at "
-                       f"`{top or 'none'}`: the two disagree, follow the ranking (it measures the detections).")
+                       f"{name(top) if top else '`none`'}: the two disagree, follow the ranking (it measures the "
+                       "detections).")
     if rank == 1:
-        return text + f"The sensitivity ranking agrees: its top group holds `{lead}`, the layer to look at first."
-    return text + (f"Of these, `{lead}` matters most to the detections (its group ranks #{rank}); the ranking's "
-                   f"top group, from `{top}`, holds no divergent layer: its error is spread, not one broken layer.")
+        return text + f"The sensitivity ranking agrees: its top group holds {name(lead)}, the layer to look at first."
+    return text + (f"Of these, {name(lead)} matters most to the detections (its group ranks #{rank}); the ranking's "
+                   f"top group, from {name(top)}, holds no divergent layer: its error is spread, not one broken layer.")
 
 
 def _autofix(m: Metrics) -> Section:
@@ -338,6 +369,13 @@ def _autofix(m: Metrics) -> Section:
     tables = ([(header, table)] if table else []) + _prices(m, prices) + [(rank_header, rank_rows)]
     figures = [figure(sensitivity_figure(ranking[: p.sensitivity.top_k]), "Sensitivity: INT8 detection error removed "
                       "per quantizer group in float")] if ranking else []
+    try:
+        pictures = _layer_pictures(m)
+    except MetricsUnavailable:
+        pictures = None
+    for row in ranking[:GROUPS_PICTURED] if pictures else ():
+        ops = frozenset(row["ignored_names"].split(";"))
+        figures += pictures.neighbourhood(row["first_op"], f"#{row['rank']}", ops)
     return Section("Sensitivity and autofix", text, tables, figures, code=block)
 
 

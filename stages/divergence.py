@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import logging
 from pathlib import Path
 
@@ -26,15 +27,14 @@ log = logging.getLogger(__name__)
 COLUMNS = ["index", "name", "port", "type", "sqnr_db", "local_drop_db", "divergent", "worst_input", "inherits_error",
            "cosine",
            "mse", "l1", "max_abs_err", "fp32_min", "fp32_max", "fp32_mean", "int8_min", "int8_max", "int8_mean",
-           "nan_inf", "inputs_quantized", "weights_int8", "introduces_error", "error_from", "clip_fraction",
-           "clip_error_share", "round_error_share",
-           "advice"]
+           "nan_inf", "inputs_quantized", "weights_int8", "introduces_error", "error_from", "input_quantizer",
+           "clip_fraction", "clip_error_share", "round_error_share", "inputs", "advice"]
 
 
 def main(params: Params) -> dict:
     """Capture every layer of both models on the chosen images, streaming; write the table, plot data and metrics."""
     cfg = params.divergence
-    for output in (cfg.metrics, cfg.csv, cfg.table, cfg.plot, cfg.shifts_csv):
+    for output in (cfg.metrics, cfg.csv, cfg.table, cfg.plot, cfg.shifts_csv, cfg.histograms):
         Path(output).unlink(missing_ok=True)
     record = export_record(params)
     int8_path = require_int8_model(params)
@@ -47,7 +47,8 @@ def main(params: Params) -> dict:
     compiled = _compiled(params, runtime, fp32, int8, keys)
     capture = _Capture(params, runtime, compiled, keys, fp32, int8, task_for(record))
     positions = _positions(params, record)
-    rows, output_stats, instrumentation, detections = capture.run([(path, None, 0) for path in images])
+    rows, output_stats, instrumentation, detections, quantizers = capture.run([(path, None, 0) for path in images],
+                                                                              histograms=True)
     log.info("[2/2] divergence: ranking layers")
     broken = _mark_divergent(rows, cfg)
     first = broken[0] if broken else None
@@ -75,6 +76,9 @@ def main(params: Params) -> dict:
     write_csv(cfg.shifts_csv, shifted, SHIFT_COLUMNS)
     write_csv(cfg.plot, [{"index": r["index"], "sqnr_db": r["sqnr_db"]} for r in rows], ["index", "sqnr_db"])
     write_text(cfg.table, markdown_table(rows, broken, cfg.top_k, metrics))
+    histograms = {q.name: {**q.histogram.record(), "consumers": q.consumers} for q in quantizers.values()
+                  if q.count}
+    write_text(cfg.histograms, json.dumps(histograms, separators=(",", ":")))  # long count arrays: one line
     write_json(cfg.metrics, metrics)
     return metrics
 
@@ -166,13 +170,16 @@ class _Capture:
         self.producers, self.facts, self.int8 = runtime.producers(fp32), runtime.layer_facts(int8), int8
         self.outputs = len(runtime.output_shapes(fp32))
 
-    def run(self, views: list[tuple[Path, Shift | None, int]]) -> tuple[list[dict], LayerStats, float,
-                                                                       DetectionError]:
-        """(rows, output SQNR stats, instrumentation SQNR, detection error) over (image, shift, split index)."""
+    def run(self, views: list[tuple[Path, Shift | None, int]], histograms: bool = False) -> tuple[
+            list[dict], LayerStats, float, DetectionError, dict]:
+        """(rows, output SQNR stats, instrumentation SQNR, detection error, activation quantizers) over (image,
+        shift, split index); each quantizer with the histogram of its inputs when `histograms`."""
         params, runtime, keys, task = self.params, self.runtime, self.keys, self.task
         stats = {key: LayerStats() for key in keys}
         position = {key: self.outputs + i for i, key in enumerate(keys)}
         quantizers = runtime.activation_quantizers(self.int8)
+        for quantizer in quantizers.values() if histograms else ():
+            quantizer.keep_histogram()
         output_stats, instrumentation_sq = LayerStats(), [0.0, 0.0]
         detections = DetectionError(task, params.int8_eval.bad_case_conf)
         for path, shift, index in tqdm(views, desc="divergence", unit="img", leave=False, disable=None):
@@ -182,16 +189,16 @@ class _Capture:
                 stats[key].update(ref[position[key]], test[position[key]])
             for key, quantizer in quantizers.items():
                 if key in position:
-                    quantizer.update(ref[position[key]])
+                    quantizer.update(ref[position[key]], test[position[key]])
                 elif key == NETWORK_INPUT:  # the image itself: its range clips bright pixels, for one
-                    quantizer.update(tensor)
+                    quantizer.update(tensor, tensor)
             output_stats.update(ref[0], plain[0])
             detections.update(tuple(r[0] for r in ref[:task.outputs]), tuple(p[0] for p in plain[:task.outputs]))
             difference = test[0].astype(np.float64) - plain[0]
             instrumentation_sq[0] += float((plain[0].astype(np.float64) ** 2).sum())
             instrumentation_sq[1] += float((difference ** 2).sum())
         rows = layer_rows(self.producers, self.facts, keys, stats, quantizers, params.divergence.concat_range_ratio)
-        return rows, output_stats, sqnr_db(*instrumentation_sq), detections
+        return rows, output_stats, sqnr_db(*instrumentation_sq), detections, quantizers
 
 
 def markdown_table(rows: list[dict], broken: list[dict], top_k: int, metrics: dict) -> str:

@@ -595,3 +595,27 @@ def dvc(repo: Path, *args: str) -> str:
     done = subprocess.run(["dvc", *args], cwd=repo, env=venv_env(), capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout
+
+
+def assert_overlays_paint_every_layer(project: Path, viewed: Path, monkeypatch) -> None:
+    """`make view`'s overlays on the `viewed` ONNX graph: every layer of the divergence table is on a node Model
+    Explorer's ONNX adapter builds, painted with the SQNR of the layer that writes the node's output."""
+    from model_explorer.utils import convert_adapter_response
+    from model_explorer_onnx.main import ONNXAdapter
+
+    from qgate import view
+    from qgate.node_overlays import ViewedGraph, layer_nodes
+
+    monkeypatch.chdir(project)
+    assert view.main(str(project / "params.yaml"), files_only=True) == 0
+    sqnr = json.loads((project / view.OVERLAY_DIR / "SQNR_dB.json").read_text())["results"]
+    graph = ViewedGraph(viewed)
+    with open(project / "reports/divergence.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    node_of = layer_nodes(graph, rows)
+    assert len(node_of) == len({r["name"] for r in rows}), [r["name"] for r in rows if r["name"] not in node_of]
+    written = {node_of[r["name"]]: r for r in rows}  # the last layer on a node writes its output
+    assert {node: value["value"] for node, value in sqnr.items()} == {
+        node: round(float(r["sqnr_db"]), 2) for node, r in written.items()}
+    explorer = convert_adapter_response(ONNXAdapter().convert(str(graph.path), {}))["graphs"][0]
+    assert set(sqnr) <= {node["id"] for node in explorer["nodes"]}

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
 
 import numpy as np
 import openvino.opset13 as opset
 import pytest
 
-from tests.conftest import (DEMO_CLASSES, assert_fails_cleanly, copy_project, edit_int8, feeding_quantizer,
-                            make_dataset, scale_range, stage, write_params)
+from qgate.browser import open_page
+from qgate.histograms import share_at_bounds
+from qgate.node_overlays import ViewedGraph, layer_nodes
+from qgate.page import anchor
+from qgate.report_layers import LayerPictures, neighbourhood_caption
+from tests.conftest import (DEMO_CLASSES, ROOT, assert_fails_cleanly, chromium, copy_project, edit_int8,
+                            feeding_quantizer, make_dataset, scale_range, stage, write_params)
 
 PLANTED = "/model.1/conv/Conv/WithoutBiases"
 
@@ -51,6 +65,24 @@ def test_planted_clipping_fault_is_found(tmp_path, quantized_project, tiny_weigh
     assert planted["advice"].startswith("clipping-dominated"), planted["advice"]
     ranked = sorted((r for r in rows if r["inherits_error"] == "1"), key=lambda r: -float(r["local_drop_db"]))
     assert ranked[0]["name"] == PLANTED
+    # its histogram: INT8 piles on the narrowed range's bounds what FP32 has beyond them; unplanted, hardly any
+    clipped, unclipped = (share_at_bounds(_histograms(p)[planted["input_quantizer"]]) for p in (project, healthy))
+    piled, beyond = clipped["int8_at_low"] + clipped["int8_at_high"], clipped["fp32_below"] + clipped["fp32_above"]
+    assert piled > 0.3 and abs(piled - float(planted["clip_fraction"])) < 0.05, (clipped, planted["clip_fraction"])
+    assert abs(beyond - float(planted["clip_fraction"])) < 0.05, (clipped, planted["clip_fraction"])
+    assert unclipped["int8_at_low"] + unclipped["int8_at_high"] < piled / 10, unclipped
+    # the report's pictures: the layer's neighbourhood holds it and the ops on either side, its name links the histogram
+    pictures = LayerPictures(rows, _histograms(project))
+    around = pictures.graph.neighbourhood(PLANTED)
+    assert PLANTED in around and planted["worst_input"] in around
+    assert any(PLANTED in r["inputs"].split() and r["name"] in around for r in rows)
+    assert [caption for caption, _, _ in pictures.neighbourhood(PLANTED)] == [neighbourhood_caption(PLANTED)]
+    (caption, svg, _), = pictures.histogram(PLANTED)
+    assert pictures.link(PLANTED) == f"[`{PLANTED}`](#{anchor(caption)})" and svg.startswith("<svg")
+
+
+def _histograms(project) -> dict:
+    return json.loads((project / "reports" / "divergence_histograms.json").read_text())
 
 
 def test_nan_is_reported_not_fatal(tmp_path, quantized_project, tiny_weights):
@@ -113,3 +145,62 @@ def test_int8_ir_of_another_model_with_the_same_op_names(tmp_path, quantized_pro
     line = assert_fails_cleanly("divergence", project, ["model_int8.xml: layer", "different models"],
                                 "metrics/divergence.json")
     assert "has shape" in line
+
+
+# Model Explorer's page asks Google's font server for one face of its UI font; offline it fails and a local font is
+# used: the only request that leaves the machine, and nothing the graph or the overlays need
+FONT_REQUEST = "https://fonts.gstatic.com/"
+GRAPH_DRAWN = "[...document.querySelectorAll('canvas')].some(c => c.width > 300 && c.height > 300)"
+
+
+def test_make_view_serves_the_graph_with_its_overlays_on_localhost_and_stops(tmp_path, quantized_project,
+                                                                               tiny_weights):
+    """What `make view` runs: the graph in Model Explorer with the divergence overlays, the worst layer selected,
+    in headless Chromium; SIGTERM (what Ctrl-C does) stops the server."""
+    project = copy_project(quantized_project, tmp_path, tiny_weights)
+    _run(project)
+    shutil.copy(quantized_project / "reports/precision_table.csv", project / "reports")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VIEW_PORT": str(port)}
+    server = subprocess.Popen([sys.executable, "-m", "qgate.view"], cwd=project, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        address = _served_address(server, port)
+        check = open_page(address, chromium(), ready=GRAPH_DRAWN + " && document.body.innerText.includes('"
+                          "SQNR_dB.json')")
+        selected = json.loads(urllib.parse.unquote(address.split("?data=", 1)[1]))["uiState"]["paneStates"][0]
+        sqnr = json.loads((project / "reports/view/SQNR_dB.json").read_text())["results"]
+        node = selected["selectedNodeId"]
+        first = json.loads((project / "metrics/divergence.json").read_text())["first_divergent_layer"]
+        rows = list(csv.DictReader((project / "reports/divergence.csv").open()))
+        graph = ViewedGraph(project / "models/export/model.onnx")
+        # the first divergent layer's node (else the worst node)
+        assert node == (layer_nodes(graph, rows)[first] if first else min(sqnr, key=lambda n: sqnr[n]["value"]))
+        assert node in check.text and str(sqnr[node]["value"]) in check.text, check.text[:3000]  # its overlay
+        assert [u for u in check.requests if not u.startswith((f"http://127.0.0.1:{port}/", "data:", "blob:"))
+                and not u.startswith(FONT_REQUEST)] == [], check.requests
+        (tmp_path / "view.png").write_bytes(check.screenshot)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/check_health", timeout=5)
+
+
+def _served_address(server: subprocess.Popen, port: int) -> str:
+    """The address `qgate.view` prints, once its server answers (within a minute)."""
+    printed = [server.stdout.readline()]
+    while not printed[-1].startswith("Model Explorer on ") and printed[-1] and len(printed) < 20:  # after warnings
+        printed.append(server.stdout.readline())
+    line = printed[-1]
+    assert line.startswith(f"Model Explorer on http://127.0.0.1:{port}/?data="), printed
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/check_health", timeout=2)
+            return line.split(" on ", 1)[1].strip()
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"nothing answers on 127.0.0.1:{port} a minute after `qgate.view` started")

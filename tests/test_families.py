@@ -25,8 +25,8 @@ from qgate.runtimes.openvino.taps import instrument
 from qgate.task_metrics import TASK_METRICS
 from qgate.tasks import TASKS
 from stages.demo_data import DEMO_LABELS
-from tests.conftest import (DEMO_CLASSES, assert_fails_cleanly, error_line, make_dataset, stage, stage_in_process,
-                            write_params)
+from tests.conftest import (DEMO_CLASSES, assert_fails_cleanly, assert_overlays_paint_every_layer, error_line,
+                            make_dataset, stage, stage_in_process, write_params)
 
 FAMILIES_FILE = Path(__file__).resolve().parent / "families.yaml"
 FAMILIES = yaml.safe_load(FAMILIES_FILE.read_text())["families"]
@@ -61,7 +61,7 @@ def tiny_detector(folder: Path, model_yaml: str, seed: int = 0, classes: list[st
 
 @pytest.mark.model
 @pytest.mark.parametrize("family", [pytest.param(f, id=f["name"]) for f in FAMILIES if f.get("supported", True)])
-def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
+def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family, monkeypatch):
     """The family's own graph through every analysis stage, the one place each family's export, head layout,
     decode rule and graph surgery meet. Seconds each; the `rank` family (11-seg) ~50 s: every quantizer group's
     float version is compiled and scored, and autofix runs, on one graph with an attention block and a task head."""
@@ -100,6 +100,8 @@ def test_family_runs_every_analysis_stage_with_default_params(tmp_path, family):
         assert autofix["needed"] == 1 and autofix["evaluations"] == 1 and autofix["reached"] == 0
     _every_group_float_is_fp32(tmp_path, split_images(TASKS[task].dataset(dataset), "val")[0],
                                family.get("imgsz", 128))
+    assert_overlays_paint_every_layer(tmp_path, tmp_path / "models/export/model.onnx", monkeypatch)
+
 
 
 def _every_group_float_is_fp32(project: Path, image: Path, imgsz: int) -> None:

@@ -24,8 +24,8 @@ from qgate.io import sha256_file
 from qgate.runtimes.onnxruntime import OnnxRuntime
 from qgate.runtimes.onnxruntime.graph import Graph
 from qgate.task_metrics import TASK_METRICS
-from tests.conftest import (ROOT, assert_fails_cleanly, divergence_and_ranking, error_line, make_dataset, stage,
-                            stage_in_process, verdict_is_consistent, write_params)
+from tests.conftest import (ROOT, assert_fails_cleanly, assert_overlays_paint_every_layer, divergence_and_ranking,
+                            error_line, make_dataset, stage, stage_in_process, verdict_is_consistent, write_params)
 from tests.test_families import FAMILIES, STAGES as FAMILY_STAGES, tiny_detector
 
 STAGES = ("export", "baseline", "quantize", "int8_eval", "robustness", "benchmark", "divergence", "sensitivity",
@@ -52,7 +52,7 @@ def _metrics(project: Path, name: str) -> dict:
 
 
 @pytest.mark.model
-def test_every_stage_runs_on_onnx_runtime_with_each_quantizer(ort_project):
+def test_every_stage_runs_on_onnx_runtime_with_each_quantizer(ort_project, monkeypatch):
     record, quantize = _metrics(ort_project, "export_record"), _metrics(ort_project, "quantize")
     assert record["runtime"] == "onnxruntime" and record["runtime_version"] == OnnxRuntime().version()
     assert (ort_project / "models/export/model_fp32.onnx").is_file()
@@ -81,6 +81,8 @@ def test_every_stage_runs_on_onnx_runtime_with_each_quantizer(ort_project):
         first = next(csv.DictReader(handle))  # the first conv: its input quantizer is fed the image itself
     assert first["inputs_quantized"] == "1" and first["clip_fraction"] != "", first
     assert _metrics(ort_project, "autofix")["model_sha256"] == record["model_sha256"]
+    # `make view` shows the QDQ model itself, its Q/DQ pairs visible, every layer painted on its node
+    assert_overlays_paint_every_layer(ort_project, ort_project / "models/int8/model_int8.onnx", monkeypatch)
 
 
 @pytest.mark.model
