@@ -75,7 +75,7 @@ def neighbourhood_figure(graph: LayerGraph, centre: str, marked: frozenset[str] 
     for name in names:
         x, y = where[name]
         edge, width = ("#204a87", 3.0) if name == centre else ("#75507b", 2.4) if name in marked else ("#222", 1.0)
-        ax.add_patch(plt.Rectangle((x - 1.45, y - 0.28), 2.9, 0.56, facecolor=cmap(norm(graph.sqnr[name])),
+        ax.add_patch(plt.Rectangle((x - 1.5, y - 0.28), 3.0, 0.56, facecolor=cmap(norm(graph.sqnr[name])),
                                    edgecolor=edge, lw=width, ls="-" if graph.int8[name] else "--"))
         precision = "int8" if graph.int8[name] else "float"
         ax.text(x, y + 0.08, short_name(name), ha="center", va="center", fontsize=6.5, family="monospace")
@@ -91,7 +91,7 @@ def neighbourhood_figure(graph: LayerGraph, centre: str, marked: frozenset[str] 
     return fig
 
 
-def short_name(name: str, parts: int = 3) -> str:
+def short_name(name: str, parts: int = 4) -> str:
     """The last `parts` components of an op's path: enough to tell neighbours apart in a box."""
     pieces = name.strip("/").split("/")
     return name if len(pieces) <= parts else "…/" + "/".join(pieces[-parts:])

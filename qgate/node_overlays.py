@@ -9,6 +9,7 @@ from qgate.errors import QgateError
 
 FLOAT_KEPT, FLOAT, INT8 = "#c9a0dc", "#d3d7cf", "#9fc5e8"  # kept float by a rule, float by nature, int8
 DIVERGENT, FIRST_DIVERGENT = "#f57900", "#cc0000"
+OVERLAYS = ("SQNR dB", "local drop dB", "precision", "sensitivity rank", "divergent")  # what `overlays` returns
 
 
 @dataclass

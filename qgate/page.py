@@ -80,6 +80,8 @@ def anchor(caption: str) -> str:
 
 
 LINK = re.compile(r"\[([^\]]+)\]\(#([\w-]+)\)")  # [text](#anchor): a link to a figure of the same page
+# [text](http://127.0.0.1:port/...): the graph `make view` serves (its query is percent-encoded: no ')' or quote)
+LOCAL_LINK = re.compile(r"\[([^\]]+)\]\((http://127\.0\.0\.1:\d+/[^)\s'\"<>]*)\)")
 
 
 def _unlinked(text: str) -> str:
@@ -160,4 +162,4 @@ def _inline(text: str) -> str:
             out.append(piece)
     if bold:
         out.append("</b>")
-    return LINK.sub(r"<a href='#\2'>\1</a>", "".join(out))
+    return LOCAL_LINK.sub(r"<a href='\2'>\1</a>", LINK.sub(r"<a href='#\2'>\1</a>", "".join(out)))

@@ -20,6 +20,7 @@ from qgate.page import Section, figure, render_html, render_markdown
 from qgate.params import Params
 from qgate.plots import sensitivity_figure
 from qgate.report_layers import LayerPictures
+from qgate.view import graph_link
 from qgate.runtime_choice import HEADER, answer, cells, read_rows
 from qgate.summary import headline, needs_attention, result_text, terminal
 from qgate.task_metrics import Scored, recorded
@@ -280,9 +281,12 @@ def _divergence(m: Metrics) -> Section:
                 "the table as histograms: FP32's values against the INT8 levels its quantizer lets through, the range "
                 "dashed. Clipping piles INT8 on a bound with FP32 beyond it; rounding shows a few levels under a "
                 "narrow FP32 shape. A layer's name links to its histogram." + _histograms_missing(m))
+    opened = graph_link(m.params, rows, first) if first else ""
+    if opened:
+        text.append(f"The whole graph, the divergence painted on it: run `make view`, then {opened} "
+                    "(Model Explorer on this machine; docs/diagnosis.md).")
     figures = [_sqnr_plot(rows, p.sqnr_floor_db, [r["name"] for r in rows if r.get("divergent") == "1"]),
-               *pictures.neighbourhood(first),
-               *[f for name in dict.fromkeys([first] + [r["name"] for r in top]) for f in pictures.histogram(name)]]
+               *pictures.neighbourhood(first), *[f for name in pictures.linked for f in pictures.histogram(name)]]
     return Section("Where INT8 diverges", text, [(header, table)], figures)
 
 

@@ -25,14 +25,18 @@ class LayerPictures:
     def __init__(self, rows: list[dict], histograms: dict):
         self.graph, self.histograms = LayerGraph(rows), histograms
         self.quantizer = {r["name"]: r.get("input_quantizer", "") for r in rows}
+        self.linked: dict[str, None] = {}  # the layers `link` pointed at, in order: their histograms must be drawn
 
     def has_histogram(self, layer: str) -> bool:
         """Whether a quantizer reads into `layer` and its histogram was recorded."""
         return self.quantizer.get(layer, "") in self.histograms
 
     def link(self, layer: str) -> str:
-        """`layer` as code, linked to its histogram when there is one."""
-        return f"[`{layer}`](#{anchor(histogram_caption(layer))})" if self.has_histogram(layer) else f"`{layer}`"
+        """`layer` as code, linked to its histogram when there is one (`linked` remembers it)."""
+        if not self.has_histogram(layer):
+            return f"`{layer}`"
+        self.linked[layer] = None
+        return f"[`{layer}`](#{anchor(histogram_caption(layer))})"
 
     def histogram(self, layer: str) -> list[tuple[str, str, bytes]]:
         """`layer`'s histogram figure, or none when its inputs are not quantized (a float op, the network input)."""

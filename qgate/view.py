@@ -17,7 +17,7 @@ from qgate.artifacts import int8_model
 from qgate.errors import QgateError
 from qgate.gates import Metrics, MetricsUnavailable
 from qgate.io import write_text
-from qgate.node_overlays import ViewedGraph, layer_nodes, overlays, viewed_nodes
+from qgate.node_overlays import OVERLAYS, ViewedGraph, layer_nodes, overlays, viewed_nodes
 from qgate.params import Params, load_params
 from qgate.yolo import ONNX_NAME
 
@@ -58,19 +58,23 @@ def write_overlays(params: Params) -> tuple[ViewedGraph, list[Path], str]:
                     graph.path, unmatched[0])
     painted = overlays(nodes, first, ranking, div.sqnr_floor_db, div.divergent_sqnr_db, div.local_drop_db)
     shutil.rmtree(OVERLAY_DIR, ignore_errors=True)
-    files = []
     for title, data in painted.items():
-        files.append(OVERLAY_DIR / f"{title.replace(' ', '_')}.json")
-        write_text(files[-1], json.dumps(data))
+        write_text(overlay_file(title), json.dumps(data))
     lead = node_of.get(first)
-    return graph, files, lead or min(nodes, key=lambda n: nodes[n].sqnr_db, default="")
+    return graph, [overlay_file(t) for t in painted], lead or min(nodes, key=lambda n: nodes[n].sqnr_db, default="")
+
+
+def overlay_file(title: str) -> Path:
+    """Where the overlay `title` is written, relative to the checkout."""
+    return OVERLAY_DIR / f"{title.replace(' ', '_')}.json"
 
 
 def url(port: int, graph: ViewedGraph, files: list[Path], node: str) -> str:
-    """The address that opens `graph` with every overlay, `node` selected and its layer groups expanded."""
+    """The address that opens `graph` with every overlay, `node` selected and its layer groups expanded. Paths stay
+    relative: the server resolves them in the checkout it runs in, so the report can carry the address too."""
     groups = node.strip("/").split("/")[:-1]
-    data = {"models": [{"url": str(graph.path.resolve())}],
-            "nodeData": [str(f.resolve()) for f in files], "nodeDataTargets": [""] * len(files),
+    data = {"models": [{"url": str(graph.path)}],
+            "nodeData": [str(f) for f in files], "nodeDataTargets": [""] * len(files),
             "uiState": {"paneStates": [{
                 "selectedNodeId": node, "selectedGraphId": graph.graph_id, "selectedCollectionLabel": "",
                 "deepestExpandedGroupNodeIds": ["/".join(groups[:k]) for k in range(1, len(groups) + 1)][-1:],
@@ -105,6 +109,18 @@ def serve(port: int, address: str) -> int:
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
+
+
+def graph_link(params: Params, rows: list[dict], layer: str) -> str:
+    """A Markdown link opening `layer` in the graph `make view` serves on its default port ('' when the graph or
+    the layer's node is not there)."""
+    try:
+        graph = ViewedGraph(viewed_model(params))
+    except QgateError:
+        return ""
+    node = layer_nodes(graph, rows).get(layer)
+    files = [overlay_file(title) for title in OVERLAYS]
+    return f"[open `{layer}` in the graph]({url(DEFAULT_PORT, graph, files, node)})" if node else ""
 
 
 def main(params_path: str, files_only: bool = False) -> int:

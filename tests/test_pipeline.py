@@ -205,6 +205,9 @@ def test_make_sample_quotes_the_verdict_and_shows_a_report_that_loads_everything
     check = open_page(demo_checkout / "reports/report.html")
     assert check.external_requests(demo_checkout / "reports") == [], check.requests
     assert not check.broken_images and check.images >= 1 and check.svgs >= 2  # the drawn images and the plots
+    page = (demo_checkout / "reports/report.html").read_text()
+    targets = re.findall(r"href='#([^']+)'", page)  # layer names link to their histograms, each drawn
+    assert targets and set(targets) <= set(re.findall(r"<figure id='([^']+)'", page)), targets
     screenshot = (demo_checkout / "docs/sample/report.png").read_bytes()
     assert screenshot.startswith(b"\x89PNG") and int.from_bytes(screenshot[16:20], "big") == WIDTH
     report = demo_checkout / "reports/report.md"

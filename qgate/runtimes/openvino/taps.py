@@ -61,7 +61,7 @@ def activation_quantizers(int8: ov.Model) -> dict[tuple[str, int], QuantizerStat
         bounds = [op.input_value(i).get_node().get_data() for i in (1, 2)]
         stats = QuantizerStats(low=bounds[0], high=bounds[1], levels=op.get_attributes()["levels"],
                                name=op.get_friendly_name())
-        stats.consumers = [t.get_node().get_friendly_name() for t in op.output(0).get_target_inputs()]
+        stats.consumers = sorted(t.get_node().get_friendly_name() for t in op.output(0).get_target_inputs())  # a set
         reads_input = source.get_node().get_type_name() == "Parameter"
         found[NETWORK_INPUT if reads_input else (source.get_node().get_friendly_name(), source.get_index())] = stats
     return found
