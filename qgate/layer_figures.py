@@ -91,7 +91,7 @@ def neighbourhood_figure(graph: LayerGraph, centre: str, marked: frozenset[str] 
     return fig
 
 
-def short_name(name: str, parts: int = 4) -> str:
+def short_name(name: str, parts: int = 5) -> str:
     """The last `parts` components of an op's path: enough to tell neighbours apart in a box."""
     pieces = name.strip("/").split("/")
     return name if len(pieces) <= parts else "…/" + "/".join(pieces[-parts:])
@@ -116,10 +116,13 @@ def histogram_figure(layer: str, quantizer: str, record: dict):
     ax.fill_between(centres, np.maximum(shares, floor), floor, step="mid", color="#729fcf", alpha=0.7,
                     label="FP32 values")
     level = (np.arange(fp32.size) + record["first_bin"]) % SUBSTEPS == 0  # INT8 only ever lands on a level
-    ax.step(x[level], np.maximum(int8[level] / total, floor), where="mid", color="#ce5c00", lw=1.0,
+    ax.step(x[level], np.maximum(int8[level] / total, floor), where="mid", color="#ce5c00", lw=1.0, zorder=3,
             label="INT8 levels read")
-    for bound in (record["low"], record["high"]):
-        ax.axvline(bound, color="#cc0000", ls="--", lw=1)
+    for bound, index in ((record["low"], 0), (record["high"], record["upper_bin"])):
+        ax.axvline(bound, color="#cc0000", ls="--", lw=0.8, alpha=0.6, zorder=1)
+        piled = int8[index - record["first_bin"]] if 0 <= index - record["first_bin"] < int8.size else 0
+        if piled:  # what INT8 reads on a bound, as a dot: clipping's mass, not hidden by the bound's line
+            ax.plot([bound], [piled / total], "o", color="#ce5c00", markersize=4, zorder=4)
     span = [min(x[0], record["low"]), max(x[-1], record["high"])]
     margin = 0.03 * (span[1] - span[0] or 1.0)
     ax.set_xlim(span[0] - margin, span[1] + margin)

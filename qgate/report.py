@@ -43,8 +43,10 @@ def build(metrics: Metrics, verdicts: list[Verdict], params_text: str) -> tuple[
     params = metrics.params
     verdict = headline(verdicts)
     analysed = recorded(params.export.record).deployment_analyses  # a classifier or oriented boxes: neither section
-    sections = [_results(metrics), _gates(params, verdicts), _registry(metrics), _autofix(metrics),
-                _divergence(metrics), *([_at_threshold(metrics)] if analysed else []), _shifted(metrics),
+    failed = not all(v.passed for v in verdicts)  # the layer pictures are drawn in full when a gate failed
+    sections = [_results(metrics), _gates(params, verdicts), _registry(metrics), _autofix(metrics, failed),
+                _divergence(metrics, failed),
+                *([_at_threshold(metrics)] if analysed else []), _shifted(metrics),
                 *([_per_size(metrics)] if analysed else []), _per_class(metrics),
                 _bad_cases(metrics), *_runtimes(metrics), _method(metrics),
                 Section("Params used", ["`params.yaml` as judged:"], code=params_text, code_collapsed=True)]
@@ -251,14 +253,21 @@ def _registry(m: Metrics) -> Section:
         f"--rev {version.text}` or `--stage {cfg.stage}`."])
 
 
-def _divergence(m: Metrics) -> Section:
+def _divergence(m: Metrics, every_layer: bool) -> Section:
+    """The divergence table and its pictures: the histogram of each layer named when `every_layer`, else the first's."""
     p = m.params.divergence
     try:
         rows = m.read(p.csv)
         m.value(p.metrics, "model_sha256")
     except MetricsUnavailable as exc:
         return Section("Where INT8 diverges", [str(exc)])
-    task, pictures = recorded(m.params.export.record), _layer_pictures(m)
+    # layers fed only by the network input "lose" SQNR from infinity: where quantization starts, not a cause
+    candidates = [r for r in rows if r.get("worst_input")]
+    top = sorted(candidates, key=lambda r: -float(r["local_drop_db"]))[: p.top_k]
+    divergent = _get(m, p.metrics, "first_divergent_layer")
+    first = divergent or (top[0]["name"] if top else "")
+    # every gate passed: the folded section draws its first layer only (each histogram costs a second to draw)
+    task, pictures = recorded(m.params.export.record), _layer_pictures(m, None if every_layer else {first})
     text = [f"Error **{_num(_get(m, p.metrics, 'detection_error'))}** per {task.prediction} ({task.drift_error}, over "
             f"the {_num(_get(m, p.metrics, 'detections_compared'))} {task.prediction}s FP32 or INT8 makes on "
             f"{_num(_get(m, p.metrics, 'images'))} images); output SQNR "
@@ -267,20 +276,17 @@ def _divergence(m: Metrics) -> Section:
             f"{p.sqnr_floor_db:g} dB. Local drop = SQNR lost at the layer itself, not carried in from its inputs; "
             f"a layer is divergent when it loses more than {p.local_drop_db:g} dB there and ends below "
             f"{p.divergent_sqnr_db:g} dB.", agreement(m, pictures.link)]
-    # layers fed only by the network input "lose" SQNR from infinity: where quantization starts, not a cause
-    candidates = [r for r in rows if r.get("worst_input")]
-    top = sorted(candidates, key=lambda r: -float(r["local_drop_db"]))[: p.top_k]
     table = [[r["index"], pictures.link(r["name"]), r["type"], f"{float(r['sqnr_db']):.1f}",
               f"{float(r['local_drop_db']):.1f}", _yes(r.get("divergent")), _share(r.get("clip_error_share")),
               r.get("advice", "")] for r in top]
     header = ["#", "layer", "type", "SQNR dB", "local drop dB", "divergent", "clip share of error", "advice"]
-    divergent = _get(m, p.metrics, "first_divergent_layer")
-    first = divergent or (top[0]["name"] if top else "")
+    shown = ("the inputs of each layer of the table as histograms" if every_layer else "its inputs as a histogram "
+             "(every gate passed: the table's other layers are drawn when a gate fails)")
     text.append(f"Pictured below: the ops around {pictures.link(first)} (the "
-                f"{'first divergent layer' if divergent else 'largest local drop'}), then the inputs of each layer of "
-                "the table as histograms: FP32's values against the INT8 levels its quantizer lets through, the range "
-                "dashed. Clipping piles INT8 on a bound with FP32 beyond it; rounding shows a few levels under a "
-                "narrow FP32 shape. A layer's name links to its histogram." + _histograms_missing(m))
+                f"{'first divergent layer' if divergent else 'largest local drop'}), then {shown}: FP32's values "
+                "against the INT8 levels its quantizer lets through, the range dashed. Clipping piles INT8 on a bound "
+                "with FP32 beyond it; rounding shows a few levels under a narrow FP32 shape. A layer's name links to "
+                "its histogram." + _histograms_missing(m))
     opened = graph_link(m.params, rows, first) if first else ""
     if opened:
         text.append(f"The whole graph, the divergence painted on it: run `make view`, then {opened} "
@@ -290,13 +296,15 @@ def _divergence(m: Metrics) -> Section:
     return Section("Where INT8 diverges", text, [(header, table)], figures)
 
 
-def _layer_pictures(m: Metrics) -> LayerPictures:
-    """Pictures of the divergence table's layers; no histograms when their file is missing or unreadable."""
+def _layer_pictures(m: Metrics, drawn: set[str] | None = None) -> LayerPictures:
+    """Pictures of the divergence table's layers (histograms of the `drawn` ones only, when given; none when their
+    file is missing or unreadable)."""
     rows = m.read(m.params.divergence.csv)
     try:
-        return LayerPictures(rows, m.read(m.params.divergence.histograms))
+        histograms = m.read(m.params.divergence.histograms)
     except MetricsUnavailable:
-        return LayerPictures(rows, {})
+        histograms = {}
+    return LayerPictures(rows, histograms, drawn)
 
 
 def _histograms_missing(m: Metrics) -> str:
@@ -328,8 +336,9 @@ def agreement(m: Metrics, name: Callable[[str], str] = lambda layer: f"`{layer}`
                    f"top group, from {name(top)}, holds no divergent layer: its error is spread, not one broken layer.")
 
 
-def _autofix(m: Metrics) -> Section:
-    """The suggested fix: how far down the sensitivity ranking is enough, and the block to paste."""
+def _autofix(m: Metrics, pictured: bool) -> Section:
+    """The suggested fix: how far down the sensitivity ranking is enough, and the block to paste; with `pictured`,
+    the top groups drawn in their neighbourhood."""
     p = m.params
     try:
         needed = m.value(p.autofix.metrics, "needed")
@@ -374,7 +383,7 @@ def _autofix(m: Metrics) -> Section:
     figures = [figure(sensitivity_figure(ranking[: p.sensitivity.top_k]), "Sensitivity: INT8 detection error removed "
                       "per quantizer group in float")] if ranking else []
     try:
-        pictures = _layer_pictures(m)
+        pictures = _layer_pictures(m) if pictured else None
     except MetricsUnavailable:
         pictures = None
     for row in ranking[:GROUPS_PICTURED] if pictures else ():

@@ -20,16 +20,17 @@ def neighbourhood_caption(layer: str, group: str = "") -> str:
 
 class LayerPictures:
     """Figures and in-page links for layers of the divergence table (`reports/divergence.csv` rows), their
-    histograms from `reports/divergence_histograms.json` (empty when that file is missing: no histogram drawn)."""
+    histograms from `reports/divergence_histograms.json` (empty when that file is missing: no histogram drawn), of
+    the `drawn` layers only when given."""
 
-    def __init__(self, rows: list[dict], histograms: dict):
-        self.graph, self.histograms = LayerGraph(rows), histograms
+    def __init__(self, rows: list[dict], histograms: dict, drawn: set[str] | None = None):
+        self.graph, self.histograms, self.drawn = LayerGraph(rows), histograms, drawn
         self.quantizer = {r["name"]: r.get("input_quantizer", "") for r in rows}
         self.linked: dict[str, None] = {}  # the layers `link` pointed at, in order: their histograms must be drawn
 
     def has_histogram(self, layer: str) -> bool:
         """Whether a quantizer reads into `layer` and its histogram was recorded."""
-        return self.quantizer.get(layer, "") in self.histograms
+        return self.quantizer.get(layer, "") in self.histograms and (self.drawn is None or layer in self.drawn)
 
     def link(self, layer: str) -> str:
         """`layer` as code, linked to its histogram when there is one (`linked` remembers it)."""

@@ -189,6 +189,14 @@ def test_make_view_serves_the_graph_with_its_overlays_on_localhost_and_stops(tmp
         urllib.request.urlopen(f"http://127.0.0.1:{port}/check_health", timeout=5)
 
 
+def test_make_view_runs_the_viewer_and_only_writes_the_overlays_under_ci():
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "MAKEFLAGS", "MAKELEVEL")}
+    local, ci = (subprocess.run(["make", "-n", "view", *extra], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=60).stdout.splitlines()[-1] for extra in ([], ["CI=true"]))
+    assert local.endswith("python -m qgate.view ") and "VIEW_PORT=8080" in local, local
+    assert ci.endswith("python -m qgate.view --files-only"), ci
+
+
 def _served_address(server: subprocess.Popen, port: int) -> str:
     """The address `qgate.view` prints, once its server answers (within a minute)."""
     printed = [server.stdout.readline()]

@@ -494,6 +494,11 @@ def test_the_report_boxes_gates_by_verdict_and_folds_diagnostics_only_when_all_p
     boxes = re.findall(r"<p class='(fail|warn)'>(\w+):", failing)
     assert boxes == [("fail", "accuracy_map50_95_drop"), ("warn", "speed_speedup")]
     assert "<td class='fail'>FAIL</td>" in failing and "<td class='warn'>inconclusive (pass)</td>" in failing
+    # layer pictures: the passing report draws its first layer's histogram only, the failing one each it names
+    histograms = [page.count("<figure id='fig-inputs-of-") for page in (passing, failing)]
+    assert histograms[0] == 1 and histograms[1] > 1, histograms
+    for page in (passing, failing):
+        assert set(re.findall(r"href='#([^']+)'", page)) <= set(re.findall(r"<figure id='([^']+)'", page))
 
 
 def test_judge_computes_each_verdict_once_for_junit_table_and_report(project):
