@@ -21,11 +21,17 @@ import yaml
 
 from qgate import offline
 from qgate.paste import WIDTH
+from qgate.runtimes import THREADS_VARIABLE
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_CLASSES = ["ellipse", "rectangle", "triangle", "star"]
 
 offline.configure()
+
+# Each parallel lane's models get the lane's share of the CPUs (stages and their subprocesses inherit it): models
+# on every core in both lanes at once ran slower than on one each (docs/testing.md). Outputs do not depend on it.
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
+    os.environ.setdefault(THREADS_VARIABLE, str(max(1, len(os.sched_getaffinity(0)) // workers)))
 
 CLUSTER_FIXTURES = {"ray_cluster", "client_cluster", "dying_client_servers"}
 MODEL_FIXTURES = {"tiny_weights"}  # and everything built on it (exported_project, quantized_project, ...)

@@ -168,11 +168,13 @@ def test_make_view_serves_the_graph_with_its_overlays_on_localhost_and_stops(tmp
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         address = _served_address(server, port)
-        check = open_page(address, chromium(), ready=GRAPH_DRAWN + " && document.body.innerText.includes('"
-                          "SQNR_dB.json')")
         selected = json.loads(urllib.parse.unquote(address.split("?data=", 1)[1]))["uiState"]["paneStates"][0]
-        sqnr = json.loads((project / "reports/view/SQNR_dB.json").read_text())["results"]
         node = selected["selectedNodeId"]
+        # drawn, the overlays loaded, and the selected node's panel shown (after "Processing graph...", which a
+        # busy machine makes last past the first drawn canvas)
+        check = open_page(address, chromium(), ready=f"{GRAPH_DRAWN} && ['SQNR_dB.json', {json.dumps(node)}]"
+                          ".every(t => document.body.innerText.includes(t))")
+        sqnr = json.loads((project / "reports/view/SQNR_dB.json").read_text())["results"]
         first = json.loads((project / "metrics/divergence.json").read_text())["first_divergent_layer"]
         rows = list(csv.DictReader((project / "reports/divergence.csv").open()))
         graph = ViewedGraph(project / "models/export/model.onnx")

@@ -12,7 +12,7 @@ import yaml
 from qgate.deploy import RUNTIMES
 from qgate.errors import QgateError
 from qgate.params import load_params
-from qgate.runtimes import IMPLEMENTATIONS, Runtime, runtime_named
+from qgate.runtimes import IMPLEMENTATIONS, THREADS_VARIABLE, Runtime, runtime_named
 from tests.conftest import ROOT, assert_fails_cleanly
 
 RUNTIME_LIBRARIES = {"openvino", "nncf", "onnxruntime"}
@@ -77,3 +77,34 @@ def test_bad_runtime_and_quantizer_params_name_the_key_and_the_choices(tmp_path,
     with pytest.raises(QgateError) as failure:
         load_params(tmp_path / "params.yaml")
     assert fragment in str(failure.value) and "\n" not in str(failure.value)
+
+
+def _relu_onnx(path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(IMPLEMENTATIONS))
+def test_qgate_threads_caps_a_compiled_model_s_threads_and_a_caller_s_count_wins(tmp_path, monkeypatch, name):
+    """$QGATE_THREADS (a machine shared with other jobs: the suite's lanes) reaches every runtime's compile; a Ray
+    worker's own share still wins; a value that is no count is one line naming the variable."""
+    runtime = runtime_named(name)
+    model = runtime.read(_relu_onnx(tmp_path / "relu.onnx"))  # OpenVINO reads ONNX too
+
+    def threads(compiled) -> int:
+        if name == "onnxruntime":
+            return compiled.get_session_options().intra_op_num_threads
+        return compiled.get_property("INFERENCE_NUM_THREADS")
+
+    monkeypatch.setenv(THREADS_VARIABLE, "1")
+    assert threads(runtime.compile(model, "f32", uint8_input=False)) == 1
+    assert threads(runtime.compile(model, "f32", threads=2, uint8_input=False)) == 2
+    monkeypatch.setenv(THREADS_VARIABLE, "two")
+    with pytest.raises(QgateError, match=f"^{THREADS_VARIABLE}=two: a positive number"):
+        runtime.compile(model, "f32", uint8_input=False)

@@ -10,8 +10,11 @@ same).
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from qgate.errors import QgateError
 
 if TYPE_CHECKING:
     from qgate.calibration import Calibration
@@ -19,6 +22,8 @@ if TYPE_CHECKING:
     from qgate.groups import Group
     from qgate.params import BenchmarkParams, IgnoredScopeParams, Params
 
+
+THREADS_VARIABLE = "QGATE_THREADS"  # caps each process's inference threads: a machine shared with other jobs
 
 # name -> "module:Class", imported when the runtime is asked for (`qgate.deploy` describes each without importing it)
 IMPLEMENTATIONS = {"openvino": "qgate.runtimes.openvino:OpenVINO",
@@ -146,3 +151,17 @@ def runtime_named(name: str) -> Runtime:
 def runtime_for(params: Params) -> Runtime:
     """The runtime the params deploy to."""
     return runtime_named(params.deploy.runtime)
+
+
+def capped_threads(threads: int | None) -> int | None:
+    """The CPU threads a compiled model may use: `threads` when the caller sets them (a Ray worker's CPU share),
+    else $QGATE_THREADS when set (a machine shared with other jobs, such as the test suite's parallel lanes), else
+    None: the runtime's own default, every core."""
+    if threads:
+        return threads
+    value = os.environ.get(THREADS_VARIABLE, "")
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise QgateError(f"{THREADS_VARIABLE}={value}: a positive number of CPU threads per model, or unset it")
+    return int(value)

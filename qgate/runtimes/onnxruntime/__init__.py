@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 from qgate.deploy import quantizer_in_force
 from qgate.errors import QgateError
-from qgate.runtimes import nncf_settings
+from qgate.runtimes import capped_threads, nncf_settings
 from qgate.runtimes.onnxruntime import head_graph, inference, ops, quantizer_groups, taps
 from qgate.runtimes.onnxruntime.graph import Graph
 from qgate.runtimes.onnxruntime.quantizers import QUANTIZERS
@@ -70,7 +70,7 @@ class OnnxRuntime:
         return ops.quantizer_count(model)
 
     def compile(self, model, precision, hint="THROUGHPUT", threads=None, uint8_input=True, device="CPU"):
-        return inference.session(model, precision, threads, hint)
+        return inference.session(model, precision, capped_threads(threads), hint)
 
     def measured_precision(self, compiled):
         return inference.PRECISION

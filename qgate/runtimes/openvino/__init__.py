@@ -11,7 +11,7 @@ import openvino as ov
 
 from qgate.errors import QgateError
 from qgate.io import sha256_file
-from qgate.runtimes import nncf_settings
+from qgate.runtimes import capped_threads, nncf_settings
 from qgate.runtimes.openvino import benchmark_app, head_graph, inference, ops, quantizer_groups, taps
 
 
@@ -65,7 +65,7 @@ class OpenVINO:
         return ops.fake_quantize_count(model)
 
     def compile(self, model, precision, hint="THROUGHPUT", threads=None, uint8_input=True, device=inference.DEVICE):
-        return inference.compile_model(model, precision, hint, threads, uint8_input, device)
+        return inference.compile_model(model, precision, hint, capped_threads(threads), uint8_input, device)
 
     def measured_precision(self, compiled):
         return inference.measured_precision(compiled)
