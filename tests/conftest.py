@@ -28,10 +28,13 @@ DEMO_CLASSES = ["ellipse", "rectangle", "triangle", "star"]
 
 offline.configure()
 
-# Each parallel lane's models get the lane's share of the CPUs (stages and their subprocesses inherit it): models
-# on every core in both lanes at once ran slower than on one each (docs/testing.md). Outputs do not depend on it.
+# Each parallel lane gets its share of the CPUs, for its models and for torch's, OpenCV's and OpenBLAS's thread
+# pools (stages and their subprocesses inherit it): both lanes on every core at once ran slower than on one core
+# each (docs/testing.md). Outputs do not depend on it.
+LANE_THREAD_VARIABLES = (THREADS_VARIABLE, "OMP_NUM_THREADS", "OPENCV_FOR_THREADS_NUM", "OPENBLAS_NUM_THREADS")
 if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
-    os.environ.setdefault(THREADS_VARIABLE, str(max(1, len(os.sched_getaffinity(0)) // workers)))
+    for variable in LANE_THREAD_VARIABLES:
+        os.environ.setdefault(variable, str(max(1, len(os.sched_getaffinity(0)) // workers)))
 
 CLUSTER_FIXTURES = {"ray_cluster", "client_cluster", "dying_client_servers"}
 MODEL_FIXTURES = {"tiny_weights"}  # and everything built on it (exported_project, quantized_project, ...)
