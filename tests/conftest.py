@@ -613,10 +613,13 @@ def assert_overlays_paint_every_layer(project: Path, viewed: Path, monkeypatch) 
     from model_explorer_onnx.main import ONNXAdapter
 
     from qgate import view
-    from qgate.node_overlays import ViewedGraph, layer_nodes
+    from qgate.node_overlays import OVERLAYS, ViewedGraph, layer_nodes
 
     monkeypatch.chdir(project)
     assert view.main(str(project / "params.yaml"), files_only=True) == 0
+    # the files the report's graph link names (`view.graph_link`, from OVERLAYS) are the ones `make view` writes
+    assert sorted((project / view.OVERLAY_DIR).iterdir()) == sorted(project / view.overlay_file(title)
+                                                                    for title in OVERLAYS)
     sqnr = json.loads((project / view.OVERLAY_DIR / "SQNR_dB.json").read_text())["results"]
     graph = ViewedGraph(viewed)
     with open(project / "reports/divergence.csv") as handle:
