@@ -53,7 +53,7 @@ class Predictor:
     """What a worker compiles and how it turns images into predictions (the payload of a prediction job)."""
 
     runtime: Any  # qgate.runtimes.Runtime
-    model: Any  # the runtime's portable model, or (local only) one it compiled
+    models: tuple  # the runtime's portable models, or (local only) ones it compiled; each image is decoded once for all
     precision: str
     imgsz: int
     settings: Postprocess
@@ -70,21 +70,23 @@ class Shard:
 
 
 def predict(executor, predictor: Predictor, images: list[Path],
-            shard_images: int) -> tuple[list[list[dict]], list[tuple[int, int]], list[str]]:
-    """Per-image COCO detections (image id = index), original (h, w) and the precision each worker ran.
+            shard_images: int) -> tuple[list[list[list[dict]]], list[tuple[int, int]], list[list[str]]]:
+    """Per model of the predictor: per-image COCO detections (image id = index); the images' original (h, w); per
+    model, the precision each worker ran.
 
     Remote executors get shards of `shard_images` image bytes; results come back in image order, so the
     merged detections are the local ones.
     """
-    detections: list[list[dict]] = []
+    detections: list[list[list[dict]]] = [[] for _ in predictor.models]
     shapes: list[tuple[int, int]] = []
     with tqdm(total=len(images), desc="evaluate", unit="img", leave=False, disable=None) as bar:
         for results in executor.run(prediction_job(predictor), shards(images, executor.remote, shard_images)):
-            for image_detections, hw0 in results:
-                detections.append(image_detections)
+            for per_model, hw0 in results:
+                for model_detections, image_detections in zip(detections, per_model):
+                    model_detections.append(image_detections)
                 shapes.append(hw0)
             bar.update(len(results))
-    return detections, shapes, list(executor.infos)
+    return detections, shapes, [[info[model] for info in executor.infos] for model in range(len(predictor.models))]
 
 
 def prediction_job(predictor: Predictor) -> Job:
@@ -101,32 +103,61 @@ def shards(images: list[Path], remote: bool, size: int) -> Iterator[Shard]:
         yield Shard(start, list(portable_images(images[start:start + size], remote)))
 
 
-def _compile_predictor(predictor: Predictor, threads: int | None) -> tuple[tuple, str]:
-    runtime, compiled = predictor.runtime, predictor.model
-    if not runtime.is_compiled(compiled):
-        compiled = runtime.compile(predictor.model.load(), predictor.precision, threads=threads)
-    return (compiled, predictor), runtime.measured_precision(compiled)
+def _compile_predictor(predictor: Predictor, threads: int | None) -> tuple[tuple, tuple[str, ...]]:
+    runtime = predictor.runtime
+    compiled = tuple(model if runtime.is_compiled(model) else
+                     runtime.compile(model.load(), predictor.precision, threads=threads) for model in predictor.models)
+    return (compiled, predictor), tuple(runtime.measured_precision(model) for model in compiled)
 
 
-def _predict_shard(state: tuple, shard: Shard) -> list[tuple[list[dict], tuple[int, int]]]:
-    """Detections and original (h, w) of every image of the shard, in order."""
+SHARED_IMAGES = 16  # images decoded at a time and kept for every model of a predictor that has several
+
+
+def _predict_shard(state: tuple, shard: Shard) -> list[tuple[tuple[list[dict], ...], tuple[int, int]]]:
+    """Every image of the shard, in order: each model's detections, and the image's original (h, w).
+
+    One model prepares each image while earlier ones infer. Several (FP32 and INT8 under one shift) take turns over
+    `SHARED_IMAGES` images at a time, prepared once: decoding and shifting cost as much as inferring on small models.
+    """
     compiled, predictor = state
-    imgsz = predictor.imgsz
-    results: list = [None] * len(shard.images)
-    takes_uint8 = predictor.runtime.takes_uint8(compiled)
+    count = len(shard.images)
+    detections: list[list] = [[None] * count for _ in compiled]
+    originals: list = [None] * count
+    kept: dict[int, tuple] = {}  # this chunk's prepared images, when another model reads them too
 
-    def prepare(index: int) -> tuple[dict, tuple]:
-        image = decode(shard.images[index], predictor.shift, shard.start + index)
-        prepared, geometry = predictor.task.prepare(image, imgsz)
-        return {0: prepared[None] if takes_uint8 else to_tensor(prepared)}, (index, geometry, image.shape[:2])
+    def image(index: int) -> tuple:
+        if index in kept:
+            return kept[index]
+        decoded = decode(shard.images[index], predictor.shift, shard.start + index)
+        pixels, geometry = predictor.task.prepare(decoded, predictor.imgsz)
+        originals[index] = decoded.shape[:2]
+        if len(compiled) > 1:
+            kept[index] = pixels, geometry
+        return pixels, geometry
+
+    step = count if len(compiled) == 1 else SHARED_IMAGES
+    for first in range(0, count, step):
+        chunk = range(first, min(first + step, count))
+        for model, found in zip(compiled, detections):
+            _infer_images(predictor, model, chunk, image, found, shard.start)
+        kept.clear()
+    return [(tuple(found[index] for found in detections), originals[index]) for index in range(count)]
+
+
+def _infer_images(predictor: Predictor, model: Any, indices: range, image, found: list, start: int) -> None:
+    """`model`'s detections of the images at `indices` into `found`; `image(index)` -> (pixels, geometry)."""
+    takes_uint8 = predictor.runtime.takes_uint8(model)
+
+    def feed(index: int) -> tuple[dict, tuple]:
+        pixels, geometry = image(index)
+        return {0: pixels[None] if takes_uint8 else to_tensor(pixels)}, (index, geometry)
 
     def consume(outputs: tuple, context: tuple) -> None:
-        index, geometry, hw0 = context
-        first = tuple(output[0] for output in outputs)  # batch item 0
-        results[index] = (predictor.task.predictions(first, predictor.settings, shard.start + index, geometry), hw0)
+        index, geometry = context
+        head = tuple(output[0] for output in outputs)  # batch item 0
+        found[index] = predictor.task.predictions(head, predictor.settings, start + index, geometry)
 
-    predictor.runtime.infer_pipelined(compiled, range(len(shard.images)), prepare, consume, predictor.task.outputs)
-    return results
+    predictor.runtime.infer_pipelined(model, indices, feed, consume, predictor.task.outputs)
 
 
 def evaluate(runtime, model, images: list[Path], names: tuple[str, ...], imgsz: int,
@@ -138,12 +169,23 @@ def evaluate(runtime, model, images: list[Path], names: tuple[str, ...], imgsz: 
     A compiled model runs as it is (local only); a path or the runtime's model is compiled at `precision` by each
     worker.
     """
+    return evaluate_each(runtime, (model,), images, names, imgsz, settings, task, precision, executor, shard_images,
+                         shift)[0]
+
+
+def evaluate_each(runtime, models: tuple, images: list[Path], names: tuple[str, ...], imgsz: int,
+                  settings: Postprocess = Postprocess(), task=Detect(), precision: str = "f32", executor=None,
+                  shard_images: int = 16, shift=None) -> list[Evaluation]:
+    """`evaluate` of each model in one pass over the images: each image is read (and shifted) once for all of them.
+    Each evaluation's `seconds` is the whole pass's."""
     executor = executor or LocalExecutor()
-    source = model if runtime.is_compiled(model) else runtime.portable(model)
+    sources = tuple(model if runtime.is_compiled(model) else runtime.portable(model) for model in models)
     start = time.perf_counter()
-    predictor = Predictor(runtime, source, precision, imgsz, settings, task, shift)
-    per_image, shapes, precisions = predict(executor, predictor, images, shard_images)
-    return score(images, names, per_image, shapes, time.perf_counter() - start, precisions, task)
+    predictor = Predictor(runtime, sources, precision, imgsz, settings, task, shift)
+    per_model, shapes, precisions = predict(executor, predictor, images, shard_images)
+    seconds = time.perf_counter() - start
+    return [score(images, names, per_image, shapes, seconds, model_precisions, task)
+            for per_image, model_precisions in zip(per_model, precisions)]
 
 
 def score(images: list[Path], names: tuple[str, ...], per_image: list[list[dict]], shapes: list[tuple[int, int]],

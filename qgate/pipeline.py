@@ -7,7 +7,7 @@ from pathlib import Path
 
 from qgate.artifacts import model_dataset
 from qgate.dataset import orphan_labels, split_images
-from qgate.evaluator import Evaluation, evaluate
+from qgate.evaluator import Evaluation, evaluate_each
 from qgate.heads import Postprocess
 from qgate.params import Params
 from qgate.runtimes import runtime_for
@@ -36,7 +36,7 @@ def baseline_postprocess(params: Params) -> Postprocess:
 
 
 def evaluate_model(params: Params, model: Path | object, record: dict, executor=None,
-                val: tuple[list[Path], tuple[str, ...]] | None = None, shift=None) -> Evaluation:
+                   val: tuple[list[Path], tuple[str, ...]] | None = None, shift=None) -> Evaluation:
     """Evaluate a model (path or the runtime's model) on the baseline's split with its settings (`.precision`: the
     one run).
 
@@ -44,11 +44,20 @@ def evaluate_model(params: Params, model: Path | object, record: dict, executor=
     `val_images`) spares a caller that evaluates many models re-reading and re-validating the dataset each time;
     `shift` (`qgate.shifts.Shift`) shifts every image first.
     """
+    return evaluate_models(params, (model,), record, executor, val, shift)[0]
+
+
+def evaluate_models(params: Params, models: tuple, record: dict, executor=None,
+                    val: tuple[list[Path], tuple[str, ...]] | None = None, shift=None) -> list[Evaluation]:
+    """`evaluate_model` of each model in one pass over the split: each image is read (and shifted) once for all."""
     cfg = params.baseline
     images, names = val or val_images(params, record)
-    log.info("evaluating %s on %d %s images (%s executor)", model if isinstance(model, Path) else "model",
-             len(images), cfg.split, params.compute.executor)
-    result = evaluate(runtime_for(params), model, images, names, params.model.imgsz, baseline_postprocess(params),
-                      task_for(record), cfg.inference_precision, executor, params.compute.shard_images, shift)
-    log.info("evaluated at %s: %.1f images/s", result.precision, result.images_per_second)
-    return result
+    log.info("evaluating %s on %d %s images (%s executor)",
+             ", ".join(str(m) if isinstance(m, Path) else "model" for m in models), len(images), cfg.split,
+             params.compute.executor)
+    results = evaluate_each(runtime_for(params), models, images, names, params.model.imgsz,
+                            baseline_postprocess(params), task_for(record), cfg.inference_precision, executor,
+                            params.compute.shard_images, shift)
+    for result in results:
+        log.info("evaluated at %s: %.1f images/s", result.precision, result.images_per_second)
+    return results

@@ -12,7 +12,7 @@ from qgate.executors import open_executor
 from qgate.deployment_checks import worst_shift_drop
 from qgate.io import write_csv, write_json
 from qgate.params import Params
-from qgate.pipeline import evaluate_model, val_images
+from qgate.pipeline import evaluate_models, val_images
 from qgate.runtimes import runtime_for
 from qgate.shifts import Shift
 from qgate.task_metrics import Scored, shift_key
@@ -41,7 +41,7 @@ def main(params: Params) -> dict:
         models = _compiled(params, executor, (fp32_model(params), require_int8_model(params)))
         for index, shift in enumerate(shifts, 1):
             log.info("[%d/%d] robustness: %s at severity %d", index, len(shifts), shift.name, shift.severity)
-            evaluated[shift] = tuple(evaluate_model(params, model, record, executor, val, shift) for model in models)
+            evaluated[shift] = tuple(evaluate_models(params, models, record, executor, val, shift))
     metrics["inference_precision"] = next(iter(evaluated.values()))[0].precision if evaluated else ""
     rows = []
     for family in task.metrics.scored:

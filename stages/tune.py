@@ -236,10 +236,10 @@ class SubsetScorer:
         start = time.perf_counter()
         imgsz = deploy_size(self.params, candidate.settings)
         task = self.tasks.setdefault(imgsz, task_for({**self.record, "imgsz": imgsz}))
-        predictor = Predictor(self.runtime, self.runtime.portable(model), self.params.baseline.inference_precision,
+        predictor = Predictor(self.runtime, (self.runtime.portable(model),), self.params.baseline.inference_precision,
                               imgsz, baseline_postprocess(self.params), task)
-        per_image, shapes, _ = predict(self.executor, predictor, [self.images[i] for i in new],
-                                       self.params.compute.shard_images)
+        (per_image,), shapes, _ = predict(self.executor, predictor, [self.images[i] for i in new],
+                                          self.params.compute.shard_images)
         speed = len(new) / max(time.perf_counter() - start, 1e-9)
         for index, detections, shape in zip(new, per_image, shapes):
             seen[index], self.shapes[index] = detections, shape

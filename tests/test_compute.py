@@ -149,8 +149,8 @@ def test_the_local_executor_never_imports_ray(tmp_path, quantized_project, tiny_
 def test_a_killed_worker_has_its_shards_retried(quantized_project, ray_cluster, caplog):
     params = load_params(quantized_project / "params.yaml")
     images = sorted((quantized_project / "data/images/val").glob("*.jpg")) * 10  # enough shards to outlive a kill
-    predictor = Predictor(OpenVINO(), PortableModel(quantized_project / "models/int8/model_int8.xml"), "f32", params.model.imgsz,
-                          Postprocess(), Detect())
+    predictor = Predictor(OpenVINO(), (PortableModel(quantized_project / "models/int8/model_int8.xml"),), "f32",
+                          params.model.imgsz, Postprocess(), Detect())
     compute = ComputeParams(executor="ray", address=ray_cluster, workers=2, cpus_per_worker=1, shard_images=1,
                             timeout_s=120)
     with open_executor(ComputeParams("local", None, None, 1, 1, 60)) as executor:
@@ -177,7 +177,7 @@ def test_a_cluster_whose_workers_are_all_gone_fails_in_one_line(quantized_projec
         cluster.wait_for_nodes(timeout=60)
         params = load_params(quantized_project / "params.yaml")
         images = sorted((quantized_project / "data/images/val").glob("*.jpg")) * 10
-        predictor = Predictor(OpenVINO(), PortableModel(quantized_project / "models/int8/model_int8.xml"), "f32",
+        predictor = Predictor(OpenVINO(), (PortableModel(quantized_project / "models/int8/model_int8.xml"),), "f32",
                               params.model.imgsz, Postprocess(), Detect())
         compute = ComputeParams("ray", cluster.address, None, 1, 1, 15)
         with pytest.raises(QgateError, match="is gone or stuck") as failure, open_executor(compute) as executor:
@@ -250,8 +250,8 @@ def dying_client_servers(tmp_path, monkeypatch):
 def _demo_like(project: Path, copies: int) -> tuple[list[Path], Predictor]:
     params = load_params(project / "params.yaml")
     images = sorted((project / "data/images/val").glob("*.jpg")) * copies
-    return images, Predictor(OpenVINO(), PortableModel(project / "models/int8/model_int8.xml"), "f32", params.model.imgsz,
-                             Postprocess(), Detect())
+    return images, Predictor(OpenVINO(), (PortableModel(project / "models/int8/model_int8.xml"),), "f32",
+                             params.model.imgsz, Postprocess(), Detect())
 
 
 def test_a_ray_client_address_gives_the_local_detections(quantized_project, client_cluster):
