@@ -79,8 +79,8 @@ sample: repro  ## the README's verdict output and docs/sample/report.{html,png} 
 report: setup  ## rewrite reports/report.md and report.html from the current metrics (no stage runs)
 	$(BIN)/python -m qgate.report
 
-# Model Explorer on 127.0.0.1 only (its server hands out any file it can read); under CI (no browser) the overlay
-# files are written and the command says how to open them
+# Model Explorer on 127.0.0.1 only, reading no file but the graph and its overlays (qgate/explorer_server.py); under
+# CI (no browser) the overlay files are written and the command says how to open them
 VIEW_PORT ?= 8080
 
 view: setup  ## the graph in Model Explorer, divergence painted on it, at the worst layer (VIEW_PORT; Ctrl-C stops it)

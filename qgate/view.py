@@ -24,7 +24,7 @@ from qgate.yolo import ONNX_NAME
 log = logging.getLogger(__name__)
 
 OVERLAY_DIR = Path("reports/view")  # the node data files, one per overlay; rewritten by every `make view`
-HOST = "127.0.0.1"  # never wider: Model Explorer's server hands out any file it can read to whoever asks
+HOST = "127.0.0.1"  # never wider: what the graph and its overlays show is for whoever runs `make view`
 DEFAULT_PORT = 8080
 
 
@@ -91,13 +91,13 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def serve(port: int, address: str) -> int:
-    """Run Model Explorer on HOST:`port` until Ctrl-C or SIGTERM; its exit code."""
+def serve(port: int, address: str, served: list[Path]) -> int:
+    """Run Model Explorer on HOST:`port`, reading only the `served` files (the graph first), until Ctrl-C or SIGTERM;
+    its exit code."""
     if not _port_free(port):
         raise QgateError(f"port {port} on {HOST} is taken (another `make view`?): stop it, or run "
                          f"`make view VIEW_PORT={port + 1}`")
-    command = [str(Path(sys.executable).with_name("model-explorer")), "--extensions=model_explorer_onnx",
-               f"--host={HOST}", f"--port={port}", "--no_open_in_browser"]
+    command = [sys.executable, "-m", "qgate.explorer_server", HOST, str(port), *map(str, served)]
     server = subprocess.Popen(command, start_new_session=True)
     print(f"Model Explorer on {address}\n(open it in a browser; Ctrl-C here stops it)", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: server.terminate())
@@ -131,7 +131,7 @@ def main(params_path: str, files_only: bool = False) -> int:
     graph, files, node = write_overlays(load_params(params_path))
     address = url(int(port), graph, files, node)
     if not files_only:
-        return serve(int(port), address)
+        return serve(int(port), address, [graph.path, *files])
     print(f"Overlays for {graph.path} in {OVERLAY_DIR}/. To see them, run `make view` where a browser is: it serves "
           f"them on {HOST}:{port} and prints the address.")
     return 0

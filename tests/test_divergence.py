@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -147,16 +148,14 @@ def test_int8_ir_of_another_model_with_the_same_op_names(tmp_path, quantized_pro
     assert "has shape" in line
 
 
-# Model Explorer's page asks Google's font server for one face of its UI font; offline it fails and a local font is
-# used: the only request that leaves the machine, and nothing the graph or the overlays need
-FONT_REQUEST = "https://fonts.gstatic.com/"
 GRAPH_DRAWN = "[...document.querySelectorAll('canvas')].some(c => c.width > 300 && c.height > 300)"
 
 
 def test_make_view_serves_the_graph_with_its_overlays_on_localhost_and_stops(tmp_path, quantized_project,
                                                                                tiny_weights):
     """What `make view` runs: the graph in Model Explorer with the divergence overlays, the worst layer selected,
-    in headless Chromium; SIGTERM (what Ctrl-C does) stops the server."""
+    in headless Chromium, with no request leaving the machine; the server reads no other file; SIGTERM (what Ctrl-C
+    does) stops it."""
     project = copy_project(quantized_project, tmp_path, tiny_weights)
     _run(project)
     shutil.copy(quantized_project / "reports/precision_table.csv", project / "reports")
@@ -181,9 +180,15 @@ def test_make_view_serves_the_graph_with_its_overlays_on_localhost_and_stops(tmp
         # the first divergent layer's node (else the worst node)
         assert node == (layer_nodes(graph, rows)[first] if first else min(sqnr, key=lambda n: sqnr[n]["value"]))
         assert node in check.text and str(sqnr[node]["value"]) in check.text, check.text[:3000]  # its overlay
-        assert [u for u in check.requests if not u.startswith((f"http://127.0.0.1:{port}/", "data:", "blob:"))
-                and not u.startswith(FONT_REQUEST)] == [], check.requests
+        assert [u for u in check.requests if not u.startswith((f"http://127.0.0.1:{port}/", "data:", "blob:"))] == [], \
+            check.requests
         (tmp_path / "view.png").write_bytes(check.screenshot)
+        assert _status(port, "api/v1/read_text_file?path=reports/view/SQNR_dB.json") == 200
+        for other in ("params.yaml", str(project / "reports/view/../../params.yaml"), "/etc/hostname"):
+            assert _status(port, f"api/v1/read_text_file?path={urllib.parse.quote(other)}") == 403, other
+        convert = {"extensionId": "onnx_adapter", "cmdId": "convert", "settings": {}}
+        assert _status(port, "apipost/v1/send_command", {**convert, "modelPath": str(project / "params.yaml")}) == 403
+        assert _status(port, "api/v1/send_command?json=" + urllib.parse.quote(json.dumps(convert))) == 403
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
@@ -197,6 +202,17 @@ def test_make_view_runs_the_viewer_and_only_writes_the_overlays_under_ci():
                                 timeout=60).stdout.splitlines()[-1] for extra in ([], ["CI=true"]))
     assert local.endswith("python -m qgate.view ") and "VIEW_PORT=8080" in local, local
     assert ci.endswith("python -m qgate.view --files-only"), ci
+
+
+def _status(port: int, path: str, posted: dict | None = None) -> int:
+    """The HTTP status of a GET (or a JSON POST) to the server on 127.0.0.1:`port`."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/{path}", headers={"Content-Type": "application/json"},
+                                     data=None if posted is None else json.dumps(posted).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
 
 
 def _served_address(server: subprocess.Popen, port: int) -> str:

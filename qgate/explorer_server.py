@@ -1,0 +1,69 @@
+"""Model Explorer's server as `make view` runs it: it reads only the viewed graph and its overlay files, and its page
+fetches nothing from the network."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+# Model Explorer's page declares its UI font's rarer Unicode ranges on Google's font server (its common ones come
+# from the package): without these rules the browser draws such a glyph in a local font instead of fetching one
+REMOTE_FONT_FACE = re.compile(rb"@font-face\{[^}]*url\(https://fonts\.gstatic\.com/[^}]*\}")
+PAGE = ("/", "/index.html")
+READ_FILE = "/api/v1/read_text_file"  # returns any file the server can read, by its path
+COMMANDS = ("/api/v1/send_command", "/apipost/v1/send_command")  # an adapter converting the model at `modelPath`
+# an upload (a file of the browser's, then converted), a config change, and a version check on PyPI: nothing a
+# viewer of this graph needs
+REFUSED = ("/apipost/v1/upload", "/apipost/v1/update_config", "/api/v1/check_new_version")
+
+
+def _real(path: object) -> str:
+    return os.path.realpath(path) if isinstance(path, str) and path else ""
+
+
+def guard(model: str, files: list[str]):
+    """Flask signal receivers: refuse a request for any file but `model` and `files`; strip the remote font rules
+    off the page."""
+    import flask
+
+    model, readable = _real(model), {_real(f) for f in files}
+
+    def check(_sender, **_):
+        request = flask.request
+        if request.path in REFUSED:
+            flask.abort(403)
+        if request.path == READ_FILE and _real(request.args.get("path")) not in readable:
+            flask.abort(403)
+        if request.path in COMMANDS:
+            command = request.get_json(silent=True) if request.method == "POST" else json.loads(
+                request.args.get("json") or "{}")
+            if not isinstance(command, dict) or _real(command.get("modelPath")) != model:
+                flask.abort(403)
+
+    def strip_remote_fonts(_sender, response, **_):
+        if flask.request.path in PAGE and response.status_code == 200:
+            response.direct_passthrough = False  # a file response: read it, then replace it
+            response.set_data(REMOTE_FONT_FACE.sub(b"", response.get_data()))
+
+    return check, strip_remote_fonts
+
+
+def main(argv: list[str]) -> None:
+    """`python -m qgate.explorer_server HOST PORT MODEL [FILE ...]`: serve `MODEL` and its overlay `FILE`s until
+    stopped."""
+    import flask
+    from model_explorer import cmdline
+
+    host, port, model, *files = argv
+    check, strip_remote_fonts = guard(model, files)
+    # weak=False: the receivers are closures, and blinker holds weak references by default
+    flask.request_started.connect(check, weak=False)
+    flask.request_finished.connect(strip_remote_fonts, weak=False)
+    cmdline.main(cmdline.parser.parse_args(["--extensions=model_explorer_onnx", f"--host={host}", f"--port={port}",
+                                            "--no_open_in_browser"]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
