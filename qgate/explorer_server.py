@@ -8,26 +8,43 @@ import os
 import re
 import sys
 
+import flask
+from model_explorer import cmdline
+
 # Model Explorer's page declares its UI font's rarer Unicode ranges on Google's font server (its common ones come
 # from the package): without these rules the browser draws such a glyph in a local font instead of fetching one
 REMOTE_FONT_FACE = re.compile(rb"@font-face\{[^}]*url\(https://fonts\.gstatic\.com/[^}]*\}")
 PAGE = ("/", "/index.html")
 READ_FILE = "/api/v1/read_text_file"  # returns any file the server can read, by its path
-COMMANDS = ("/api/v1/send_command", "/apipost/v1/send_command")  # an adapter converting the model at `modelPath`
+COMMANDS = ("/api/v1/send_command", "/apipost/v1/send_command")  # an adapter converting the file at `modelPath`
 # an upload (a file of the browser's, then converted), a config change, and a version check on PyPI: nothing a
 # viewer of this graph needs
 REFUSED = ("/apipost/v1/upload", "/apipost/v1/update_config", "/api/v1/check_new_version")
 
 
 def _real(path: object) -> str:
-    return os.path.realpath(path) if isinstance(path, str) and path else ""
+    """The path a request names, resolved ('' when it names none)."""
+    try:
+        return os.path.realpath(path) if isinstance(path, str) and path else ""
+    except ValueError:  # a NUL in it
+        return ""
+
+
+def _command(request) -> dict:
+    """An adapter command: a POST's JSON body, or a GET's `json` argument ({} when neither is a JSON object)."""
+    if request.method == "POST":
+        command = request.get_json(silent=True)
+    else:
+        try:
+            command = json.loads(request.args.get("json") or "{}")
+        except ValueError:
+            command = None
+    return command if isinstance(command, dict) else {}
 
 
 def guard(model: str, files: list[str]):
-    """Flask signal receivers: refuse a request for any file but `model` and `files`; strip the remote font rules
-    off the page."""
-    import flask
-
+    """Flask signal receivers: refuse a request for any file but `model` and `files`, or to delete one; strip the
+    remote font rules off the page."""
     model, readable = _real(model), {_real(f) for f in files}
 
     def check(_sender, **_):
@@ -37,9 +54,9 @@ def guard(model: str, files: list[str]):
         if request.path == READ_FILE and _real(request.args.get("path")) not in readable:
             flask.abort(403)
         if request.path in COMMANDS:
-            command = request.get_json(silent=True) if request.method == "POST" else json.loads(
-                request.args.get("json") or "{}")
-            if not isinstance(command, dict) or _real(command.get("modelPath")) != model:
+            command = _command(request)
+            # deleteAfterConversion: the server would delete the model's folder as it stops (meant for uploads)
+            if _real(command.get("modelPath")) != model or command.get("deleteAfterConversion"):
                 flask.abort(403)
 
     def strip_remote_fonts(_sender, response, **_):
@@ -53,9 +70,6 @@ def guard(model: str, files: list[str]):
 def main(argv: list[str]) -> None:
     """`python -m qgate.explorer_server HOST PORT MODEL [FILE ...]`: serve `MODEL` and its overlay `FILE`s until
     stopped."""
-    import flask
-    from model_explorer import cmdline
-
     host, port, model, *files = argv
     check, strip_remote_fonts = guard(model, files)
     # weak=False: the receivers are closures, and blinker holds weak references by default

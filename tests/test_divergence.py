@@ -188,6 +188,9 @@ def test_make_view_serves_the_graph_with_its_overlays_on_localhost_and_stops(tmp
             assert _status(port, f"api/v1/read_text_file?path={urllib.parse.quote(other)}") == 403, other
         convert = {"extensionId": "onnx_adapter", "cmdId": "convert", "settings": {}}
         assert _status(port, "apipost/v1/send_command", {**convert, "modelPath": str(project / "params.yaml")}) == 403
+        # the viewed graph, but to be deleted with its folder when the server stops
+        viewed = {**convert, "modelPath": "models/export/model.onnx", "deleteAfterConversion": True}
+        assert _status(port, "apipost/v1/send_command", viewed) == 403
         assert _status(port, "api/v1/send_command?json=" + urllib.parse.quote(json.dumps(convert))) == 403
     finally:
         os.killpg(server.pid, signal.SIGTERM)
