@@ -12,8 +12,10 @@ import flask
 from model_explorer import cmdline
 
 # Model Explorer's page declares its UI font's rarer Unicode ranges on Google's font server (its common ones come
-# from the package): without these rules the browser draws such a glyph in a local font instead of fetching one
-REMOTE_FONT_FACE = re.compile(rb"@font-face\{[^}]*url\(https://fonts\.gstatic\.com/[^}]*\}")
+# from the package), and opens a connection to it ahead: without these rules and that link, the browser draws such
+# a glyph in a local font, and contacts no other host
+REMOTE_FONTS = re.compile(rb"@font-face\{[^}]*url\(https://fonts\.gstatic\.com/[^}]*\}"
+                          rb"|<link rel=\"preconnect\" href=\"https://fonts\.gstatic\.com\"[^>]*>")
 PAGE = ("/", "/index.html")
 READ_FILE = "/api/v1/read_text_file"  # returns any file the server can read, by its path
 COMMANDS = ("/api/v1/send_command", "/apipost/v1/send_command")  # an adapter converting the file at `modelPath`
@@ -62,7 +64,7 @@ def guard(model: str, files: list[str]):
     def strip_remote_fonts(_sender, response, **_):
         if flask.request.path in PAGE and response.status_code == 200:
             response.direct_passthrough = False  # a file response: read it, then replace it
-            response.set_data(REMOTE_FONT_FACE.sub(b"", response.get_data()))
+            response.set_data(REMOTE_FONTS.sub(b"", response.get_data()))
 
     return check, strip_remote_fonts
 

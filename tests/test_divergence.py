@@ -183,6 +183,8 @@ def test_make_view_serves_the_graph_with_its_overlays_on_localhost_and_stops(tmp
         assert [u for u in check.requests if not u.startswith((f"http://127.0.0.1:{port}/", "data:", "blob:"))] == [], \
             check.requests
         (tmp_path / "view.png").write_bytes(check.screenshot)
+        with urllib.request.urlopen(address, timeout=30) as page:  # nor a connection opened ahead (preconnect)
+            assert b"fonts.gstatic.com" not in page.read()
         assert _status(port, "api/v1/read_text_file?path=reports/view/SQNR_dB.json") == 200
         for other in ("params.yaml", str(project / "reports/view/../../params.yaml"), "/etc/hostname"):
             assert _status(port, f"api/v1/read_text_file?path={urllib.parse.quote(other)}") == 403, other
